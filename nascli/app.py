@@ -1,0 +1,77 @@
+"""The `nascli` root command and `main()`, which turns known errors into one-line messages."""
+
+import os
+import sys
+import traceback
+from typing import Callable
+
+import typer
+
+from nascli.errors import NascliError
+
+app = typer.Typer(
+    name="nascli",
+    help="Neural architecture search, training and TFRecord tooling on TensorFlow Model Garden.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+    context_settings={"help_option_names": ["-h", "--help"]},
+)
+
+
+def add_command(fn: Callable, name: str) -> None:
+  """Registers `name` (Vertex's spelling) and its other spelling (dashes or underscores) as alias."""
+  app.command(name)(fn)
+  alias = name.replace("_", "-") if "_" in name else name.replace("-", "_")
+  if alias != name:
+    app.command(alias, hidden=True)(fn)
+
+
+def _register_commands() -> None:
+  # pylint: disable=g-import-not-at-top
+  from nascli.commands import convert_data
+  add_command(convert_data.convert_data, "convert-data")
+
+
+_register_commands()
+
+
+def _one_line(message: str) -> str:
+  return " ".join(str(message).split())
+
+
+def main(argv: list[str] | None = None) -> int:
+  """Entry point of the console script and `python -m nascli`; returns the exit code."""
+  os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+  debug = os.environ.get("NASCLI_DEBUG") == "1"
+  try:
+    # Standalone mode lets Typer print usage errors itself (exit code 2); what it does not handle
+    # reaches the mapping below.
+    app(args=argv, prog_name="nascli", standalone_mode=True)
+    return 0
+  except SystemExit as e:
+    return e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
+  except KeyboardInterrupt:
+    print("Interrupted.", file=sys.stderr)
+    return 130
+  except NascliError as e:
+    if debug:
+      traceback.print_exc()
+    print(f"Error: {_one_line(e)}", file=sys.stderr)
+    return 1
+  except OSError as e:
+    if debug:
+      traceback.print_exc()
+    culprit = f": {e.filename}" if getattr(e, "filename", None) else ""
+    print(f"Error: {_one_line(e.strerror or e)}{culprit}", file=sys.stderr)
+    return 1
+  except Exception as e:  # pylint: disable=broad-except
+    if debug:
+      traceback.print_exc()
+    print(f"Error: unexpected {type(e).__name__}: {_one_line(e)} (set NASCLI_DEBUG=1 for the"
+          " traceback)", file=sys.stderr)
+    return 1
+
+
+def run() -> None:
+  sys.exit(main())

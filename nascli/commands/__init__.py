@@ -1,0 +1,1 @@
+"""One module per subcommand; each parses options and calls the engine."""

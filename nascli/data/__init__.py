@@ -1,0 +1,1 @@
+"""Data layer: data set sources, sharded TFRecord writing and verification."""

@@ -1,0 +1,408 @@
+"""Converts a Source into evenly sharded TFRecords with labels.txt and dataset_info.json.
+
+Crash safety: shards are written under hidden temporary names and renamed when complete; a state
+file lists the completed shards, so a killed conversion resumes where it stopped; dataset_info.json
+is written last and is the mark of a finished output.
+"""
+
+import collections
+import dataclasses
+import hashlib
+import json
+import os
+import shutil
+import sys
+import time
+from pathlib import Path
+from typing import Any, Iterator
+
+from rich.console import Console
+from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn,
+                           TimeRemainingColumn)
+
+import nascli
+from nascli.data import parallel, sharding, tfexample
+from nascli.data.source import (CLASSIFICATION, ConvertOptions, Source, source_for)
+from nascli.errors import InputError, OutputError
+
+INFO_FILE = "dataset_info.json"
+LABELS_FILE = "labels.txt"
+STATE_FILE = ".nascli-convert-state.json"
+WORK_DIR = ".nascli-work"
+FORMAT_VERSION = 1
+CHUNK_SIZE = 32
+
+stderr = Console(stderr=True)
+
+
+@dataclasses.dataclass
+class ShardingOptions:
+  num_shards: int | None = None
+  num_workers: int = 1
+  drop_remainder: bool = False
+  processes: int = os.cpu_count() or 1
+  overwrite: bool = False
+
+
+def atomic_write_text(path: Path, text: str) -> None:
+  """Writes a file so that it is either absent, old, or complete."""
+  tmp = path.with_name(f".{path.name}.tmp")
+  with open(tmp, "w", encoding="utf-8") as f:
+    f.write(text)
+    f.flush()
+    os.fsync(f.fileno())
+  os.replace(tmp, path)
+
+
+def file_sha256(path: Path) -> str:
+  h = hashlib.sha256()
+  with open(path, "rb") as f:
+    for block in iter(lambda: f.read(1 << 20), b""):
+      h.update(block)
+  return h.hexdigest()
+
+
+def _canonical(obj: Any) -> str:
+  return json.dumps(obj, sort_keys=True, separators=(",", ":"), default=str)
+
+
+def _labels_text(source: Source) -> str:
+  return "".join(f"{c.id}:{c.name}\n" for c in source.classes())
+
+
+def _progress() -> Progress:
+  return Progress(
+      TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
+      TextColumn("{task.fields[rate]:>8} img/s"), TimeElapsedColumn(), TextColumn("ETA"),
+      TimeRemainingColumn(), console=stderr, disable=not stderr.is_terminal, transient=False)
+
+
+def _our_files(output_dir: Path, splits: list[str]) -> list[Path]:
+  """Files a conversion of these splits may have left: shards, temporaries, labels, info, state."""
+  found = []
+  for p in output_dir.iterdir():
+    m = sharding.SHARD_PATTERN.match(p.name.lstrip(".").removesuffix(".tmp"))
+    if m and m.group("prefix") in splits:
+      found.append(p)
+  for name in (INFO_FILE, LABELS_FILE, STATE_FILE, f".{INFO_FILE}.tmp", f".{LABELS_FILE}.tmp",
+               f".{STATE_FILE}.tmp"):
+    if (output_dir / name).exists():
+      found.append(output_dir / name)
+  return found
+
+
+class Converter:
+  """One conversion of one Source into one output folder."""
+
+  def __init__(self, source: Source, output_dir: Path, opts: ShardingOptions):
+    self.source = source
+    self.output_dir = output_dir
+    self.opts = opts
+    self.skipped: dict[str, list[dict]] = collections.defaultdict(list)
+
+  # ----- planning
+
+  def _check_items(self, sizes: dict[str, int], run) -> None:
+    """Decodes every item once before planning, so corrupt ones cannot unbalance the shards."""
+    total = sum(sizes.values())
+    with _progress() as progress:
+      task = progress.add_task("checking", total=total, rate="")
+      start = time.monotonic()
+      for split, n in sizes.items():
+        for results in run(parallel.check_chunk, parallel.chunks(split, range(n), CHUNK_SIZE * 4)):
+          for index, reason in results:
+            if reason is not None:
+              name = self.source.item_name(split, index)
+              if not self.source.options.skip_corrupt:
+                raise InputError(f"corrupt image {name}: {reason} (pass --skip_corrupt to skip it)")
+              self.skipped[split].append({"item": name, "index": index, "reason": reason})
+          done = progress.tasks[task].completed + len(results)
+          progress.update(task, completed=done,
+                          rate=f"{done / max(time.monotonic() - start, 1e-9):.0f}")
+    for split, items in self.skipped.items():
+      stderr.print(f"skipped {len(items)} corrupt image(s) in {split}: "
+                   + ", ".join(i["item"] for i in items[:5]) + (" ..." if len(items) > 5 else ""))
+
+  def _plans(self, sizes: dict[str, int]) -> dict[str, sharding.ShardPlan]:
+    plans = {}
+    for split, n in sizes.items():
+      bad = {s["index"] for s in self.skipped.get(split, [])}
+      items = [i for i in range(n) if i not in bad]
+      num_shards, note = sharding.resolve_num_shards(
+          self.opts.num_shards, self.opts.num_workers, len(items),
+          self.source.estimated_bytes(split))
+      if note:
+        stderr.print(f"{split}: {note}")
+      plans[split] = sharding.plan_shards(items, num_shards, self.opts.drop_remainder)
+      if plans[split].dropped:
+        stderr.print(f"{split}: dropped {len(plans[split].dropped)} record(s) so that all"
+                     f" {num_shards} shards hold {plans[split].counts[0]} (--drop_remainder)")
+    return plans
+
+  def fingerprint(self) -> dict[str, Any]:
+    return {
+        "dataset": self.source.name,
+        "source_checksum": self.source.source_info().get("sha256"),
+        "settings": self.source.settings(),
+        "sharding": {"num_shards": self.opts.num_shards, "num_workers": self.opts.num_workers,
+                     "drop_remainder": self.opts.drop_remainder},
+        "skip_corrupt": self.source.options.skip_corrupt,
+        "format_version": FORMAT_VERSION,
+    }
+
+  # ----- existing output
+
+  def _existing(self, fingerprint: dict, splits: list[str]) -> dict | None:
+    """The verified info of a finished identical conversion, or None to (re)write; may refuse."""
+    info_path = self.output_dir / INFO_FILE
+    state_path = self.output_dir / STATE_FILE
+    ours = _our_files(self.output_dir, splits)
+    if self.opts.overwrite:
+      for p in ours:
+        p.unlink()
+      return None
+    if info_path.exists():
+      info = _read_json(info_path)
+      if info.get("fingerprint") != fingerprint:
+        raise OutputError(
+            f"{self.output_dir} already holds a different conversion"
+            f" ({_difference(info.get('fingerprint'), fingerprint)}); pass --overwrite or choose"
+            " another --output_dir")
+      verify_checksums(self.output_dir, info)
+      return info
+    if state_path.exists():
+      state = _read_json(state_path)
+      if state.get("fingerprint") != fingerprint:
+        raise OutputError(
+            f"{self.output_dir} holds an unfinished conversion with other settings"
+            f" ({_difference(state.get('fingerprint'), fingerprint)}); pass --overwrite or choose"
+            " another --output_dir")
+      return None
+    finals = [p for p in ours if not p.name.startswith(".")]
+    if finals:
+      raise OutputError(
+          f"{self.output_dir} already contains {finals[0].name} not written by this conversion;"
+          " pass --overwrite or choose another --output_dir")
+    return None
+
+  # ----- writing
+
+  def _load_state(self, fingerprint: dict) -> dict:
+    state_path = self.output_dir / STATE_FILE
+    if state_path.exists():
+      state = _read_json(state_path)
+      if state.get("fingerprint") == fingerprint:
+        return state
+    return {"fingerprint": fingerprint, "completed": {}}
+
+  def _write_shards(self, plans: dict[str, sharding.ShardPlan], run, state: dict) -> dict:
+    """Writes every shard not already complete; returns per-split statistics of all records."""
+    completed = state["completed"]
+    # Shards finished by an earlier, killed run are kept when their bytes still match.
+    for name, entry in list(completed.items()):
+      path = self.output_dir / name
+      if not path.exists() or file_sha256(path) != entry["sha256"]:
+        del completed[name]
+    for p in self.output_dir.glob(".*.tfrecord.tmp"):
+      p.unlink()
+    todo = []
+    for split, plan in plans.items():
+      for s, items in enumerate(plan.shards):
+        name = sharding.shard_name(split, s, plan.num_shards)
+        if name not in completed:
+          todo.append((split, name, items))
+    total = sum(len(items) for _, _, items in todo)
+    resumed = sum(len(p.shards) for p in plans.values()) - len(todo)
+    if resumed:
+      stderr.print(f"resuming: {resumed} shard(s) already complete, {len(todo)} to write")
+
+    def tasks() -> Iterator[tuple[str, tuple[int, ...]]]:
+      for split, _, items in todo:
+        yield from parallel.chunks(split, items, CHUNK_SIZE)
+
+    results = run(parallel.encode_chunk, tasks())
+    start = time.monotonic()
+    written = 0
+    with _progress() as progress:
+      bar = progress.add_task("writing", total=total, rate="")
+      for split, name, items in todo:
+        final = self.output_dir / name
+        tmp = self.output_dir / f".{name}.tmp"
+        metas = []
+        with tf_writer(tmp) as writer:
+          while len(metas) < len(items):
+            for data, meta in next(results):
+              writer.write(data)
+              metas.append(meta)
+            written_now = written + len(metas)
+            progress.update(bar, completed=written_now,
+                            rate=f"{written_now / max(time.monotonic() - start, 1e-9):.0f}")
+        _fsync(tmp)
+        os.replace(tmp, final)
+        written += len(metas)
+        completed[name] = {"split": split, "num_records": len(metas), "sha256": file_sha256(final),
+                           "bytes": final.stat().st_size, "summary": _summarize(metas)}
+        atomic_write_text(self.output_dir / STATE_FILE, _canonical(state))
+    self.elapsed = time.monotonic() - start
+    self.written = written
+    return completed
+
+  def run(self) -> dict:
+    source = self.source
+    if self.output_dir.exists() and not self.output_dir.is_dir():
+      raise OutputError(f"output dir {self.output_dir} is a file")
+    self.output_dir.mkdir(parents=True, exist_ok=True)
+    source.options.work_dir = self.output_dir / WORK_DIR
+    source.prepare()
+    sizes = source.split_sizes()
+    fingerprint = self.fingerprint()
+    existing = self._existing(fingerprint, list(sizes))
+    if existing is not None:
+      existing = dict(existing, status="verified")
+      self.elapsed, self.written = 0.0, 0
+      return existing
+    state = self._load_state(fingerprint)
+    atomic_write_text(self.output_dir / STATE_FILE, _canonical(state))
+    with parallel.mapper(source, self.opts.processes) as run:
+      if source.needs_check:
+        self._check_items(sizes, run)
+      plans = self._plans(sizes)
+      completed = self._write_shards(plans, run, state)
+    info = self._info(fingerprint, plans, completed)
+    atomic_write_text(self.output_dir / LABELS_FILE, _labels_text(source))
+    atomic_write_text(self.output_dir / INFO_FILE, json.dumps(info, indent=2, sort_keys=False))
+    (self.output_dir / STATE_FILE).unlink()
+    shutil.rmtree(self.output_dir / WORK_DIR, ignore_errors=True)
+    return dict(info, status="written")
+
+  def _info(self, fingerprint: dict, plans: dict, completed: dict) -> dict:
+    source = self.source
+    classes = source.classes()
+    splits = {}
+    for split, plan in plans.items():
+      names = [sharding.shard_name(split, s, plan.num_shards) for s in range(plan.num_shards)]
+      entries = [completed[n] for n in names]
+      splits[split] = {
+          "num_records": sum(e["num_records"] for e in entries),
+          "num_shards": plan.num_shards,
+          "file_pattern": f"{split}-*-of-{plan.num_shards:05d}.tfrecord",
+          "shards": [{"file": n, "num_records": e["num_records"], "bytes": e["bytes"],
+                      "sha256": e["sha256"]} for n, e in zip(names, entries)],
+          **_merge_summaries([e["summary"] for e in entries]),
+          "dropped": [source.item_name(split, i) for i in plan.dropped],
+          "skipped_corrupt": [{"item": s["item"], "reason": s["reason"]}
+                              for s in self.skipped.get(split, [])],
+      }
+    num_classes = (len(classes) if source.task == CLASSIFICATION
+                   else max((c.id for c in classes), default=0) + 1)
+    return {
+        "format_version": FORMAT_VERSION,
+        "created_by": f"nascli {nascli.__version__}",
+        "dataset": source.name,
+        "task": source.task,
+        "source": source.source_info(),
+        "settings": {**source.settings(), "num_workers": self.opts.num_workers,
+                     "drop_remainder": self.opts.drop_remainder},
+        "fingerprint": fingerprint,
+        "num_classes": num_classes,
+        "classes": [{"id": c.id, "name": c.name} for c in classes],
+        "feature_keys": list(tfexample.CLASSIFICATION_KEYS if source.task == CLASSIFICATION
+                             else tfexample.DETECTION_KEYS),
+        "splits": splits,
+    }
+
+
+class tf_writer:  # pylint: disable=invalid-name
+  """A TFRecordWriter that closes on error too, so a temporary never stays open."""
+
+  def __init__(self, path: Path):
+    import tensorflow as tf  # pylint: disable=g-import-not-at-top
+    self._writer = tf.io.TFRecordWriter(str(path))
+
+  def __enter__(self):
+    return self._writer
+
+  def __exit__(self, *exc):
+    self._writer.close()
+
+
+def _fsync(path: Path) -> None:
+  fd = os.open(path, os.O_RDONLY)
+  try:
+    os.fsync(fd)
+  finally:
+    os.close(fd)
+
+
+def _summarize(metas: list[dict]) -> dict:
+  heights = [m["height"] for m in metas]
+  widths = [m["width"] for m in metas]
+  sizes = collections.Counter(f"{m['height']}x{m['width']}" for m in metas)
+  out = {"min_height": min(heights), "max_height": max(heights), "min_width": min(widths),
+         "max_width": max(widths), "sizes": dict(sizes) if len(sizes) <= 64 else {}}
+  if metas and "label" in metas[0]:
+    out["class_counts"] = dict(collections.Counter(str(m["label"]) for m in metas))
+  if metas and "classes" in metas[0]:
+    out["class_counts"] = dict(collections.Counter(str(c) for m in metas for c in m["classes"]))
+    out["num_objects"] = sum(len(m["classes"]) for m in metas)
+  return out
+
+
+def _merge_summaries(summaries: list[dict]) -> dict:
+  sizes = collections.Counter()
+  counts = collections.Counter()
+  for s in summaries:
+    sizes.update(s["sizes"])
+    counts.update(s.get("class_counts", {}))
+  merged = {"image_sizes": {
+      "min_height": min(s["min_height"] for s in summaries),
+      "max_height": max(s["max_height"] for s in summaries),
+      "min_width": min(s["min_width"] for s in summaries),
+      "max_width": max(s["max_width"] for s in summaries),
+      "distinct": dict(sorted(sizes.items())) if len(sizes) <= 64 else None}}
+  merged["class_counts"] = dict(sorted(counts.items(), key=lambda kv: int(kv[0])))
+  if any("num_objects" in s for s in summaries):
+    merged["num_objects"] = sum(s.get("num_objects", 0) for s in summaries)
+  return merged
+
+
+def _read_json(path: Path) -> dict:
+  try:
+    return json.loads(path.read_text(encoding="utf-8"))
+  except (OSError, ValueError) as e:
+    raise OutputError(f"cannot read {path}: {e}") from None
+
+
+def _difference(old: dict | None, new: dict) -> str:
+  if not isinstance(old, dict):
+    return "no settings recorded"
+  diffs = []
+  for key in sorted(set(old) | set(new)):
+    if old.get(key) != new.get(key):
+      diffs.append(f"{key}: {_canonical(old.get(key))} -> {_canonical(new.get(key))}")
+  return "; ".join(diffs)[:300] or "unknown difference"
+
+
+def verify_checksums(output_dir: Path, info: dict) -> None:
+  """Fast check of a finished output: every shard present with its recorded bytes."""
+  for split in info.get("splits", {}).values():
+    for shard in split["shards"]:
+      path = output_dir / shard["file"]
+      if not path.exists():
+        raise OutputError(f"shard {path} listed in {INFO_FILE} is missing; pass --overwrite to"
+                          " rewrite the conversion")
+      if file_sha256(path) != shard["sha256"]:
+        raise OutputError(f"shard {path} does not match the checksum in {INFO_FILE}; pass"
+                          " --overwrite to rewrite the conversion")
+
+
+def convert(name: str, output_dir: Path, options: ConvertOptions,
+            opts: ShardingOptions) -> tuple[dict, dict]:
+  """Runs a conversion; returns dataset_info and run statistics (records written, seconds)."""
+  source = source_for(name, options)
+  converter = Converter(source, Path(output_dir), opts)
+  info = converter.run()
+  stats = {"records_written": converter.written, "seconds": round(converter.elapsed, 3),
+           "images_per_second": round(converter.written / converter.elapsed, 1)
+                                if converter.elapsed else None}
+  return info, stats

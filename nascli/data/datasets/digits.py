@@ -1,0 +1,76 @@
+"""`digits`: the 8x8 handwritten digits that ship inside scikit-learn, the embedded default."""
+
+import hashlib
+from typing import Any
+
+import cv2
+import numpy as np
+
+from nascli.data import images, splits
+from nascli.data.source import ClassInfo, Record, Source, register_source
+from nascli.errors import NascliError
+
+DEFAULT_IMAGE_SIZE = 32
+DEFAULT_CHANNELS = 3
+DEFAULT_VALIDATION_FRACTION = 0.2
+
+
+@register_source("digits")
+class DigitsSource(Source):
+  """1,797 real scanned digits (UCI), upscaled so image models can use them; needs no network."""
+
+  def prepare(self) -> None:
+    from sklearn import datasets  # pylint: disable=g-import-not-at-top
+    import sklearn  # pylint: disable=g-import-not-at-top
+    data = datasets.load_digits()
+    # 0..16 ink levels -> 0..255.
+    self._pixels = np.round(data.images * (255.0 / 16.0)).astype(np.uint8)
+    self._labels = data.target.astype(np.int64)
+    self._sklearn_version = sklearn.__version__
+    self.image_size = self.options.image_size or DEFAULT_IMAGE_SIZE
+    self.channels = self.options.channels or DEFAULT_CHANNELS
+    if self.image_size < 8:
+      raise NascliError(f"--image_size {self.image_size} is smaller than the 8x8 source digits")
+    if self.channels not in (1, 3):
+      raise NascliError(f"--channels must be 1 or 3, got {self.channels}")
+    n = len(self._labels)
+    n_val = splits.validation_count(n, self.options.validation_fraction,
+                                    self.options.validation_size, DEFAULT_VALIDATION_FRACTION)
+    train, val = splits.seeded_split(n, n_val, self.options.seed)
+    self._splits = {"train": train, "validation": val}
+
+  def source_info(self) -> dict[str, Any]:
+    digest = hashlib.sha256(self._pixels.tobytes() + self._labels.tobytes()).hexdigest()
+    return {"kind": "embedded", "package": "scikit-learn", "version": self._sklearn_version,
+            "loader": "sklearn.datasets.load_digits", "sha256": digest}
+
+  def classes(self) -> list[ClassInfo]:
+    return [ClassInfo(i, str(i)) for i in range(10)]
+
+  def split_sizes(self) -> dict[str, int]:
+    return {k: len(v) for k, v in self._splits.items()}
+
+  def settings(self) -> dict[str, Any]:
+    return {"image_size": self.image_size, "channels": self.channels, "seed": self.options.seed,
+            "validation_fraction": self.options.validation_fraction,
+            "validation_size": self.options.validation_size}
+
+  def estimated_bytes(self, split: str) -> int:
+    return len(self._splits[split]) * self.image_size ** 2 * self.channels // 4
+
+  def item_name(self, split: str, index: int) -> str:
+    return f"digits[{self._splits[split][index]}]"
+
+  def pixels(self, split: str, index: int) -> np.ndarray:
+    """The image as stored: upscaled, [H,W,channels] uint8."""
+    image = cv2.resize(self._pixels[self._splits[split][index]],
+                       (self.image_size, self.image_size), interpolation=cv2.INTER_LINEAR)
+    image = image[:, :, None]
+    return np.repeat(image, 3, axis=2) if self.channels == 3 else image
+
+  def record(self, split: str, index: int) -> Record:
+    original = self._splits[split][index]
+    return Record(
+        encoded=images.encode_png(self.pixels(split, index)), format="png",
+        height=self.image_size, width=self.image_size, label=int(self._labels[original]),
+        source_id=str(original), filename=f"digits_{original:04d}.png")

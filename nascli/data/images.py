@@ -1,0 +1,56 @@
+"""Image bytes in and out: lossless PNG encoding of arrays, and strict checks of files."""
+
+import dataclasses
+import io
+import warnings
+
+import cv2
+import numpy as np
+from PIL import Image
+
+# Formats stored as they are; everything else is re-encoded to PNG (Model Garden decodes both).
+KEPT_FORMATS = {"JPEG": "jpeg", "PNG": "png"}
+
+
+def encode_png(image: np.ndarray) -> bytes:
+  """Lossless PNG of an [H,W], [H,W,1] or [H,W,3] RGB uint8 array."""
+  image = np.ascontiguousarray(image, dtype=np.uint8)
+  if image.ndim == 3 and image.shape[2] == 3:
+    image = image[:, :, ::-1]  # OpenCV writes BGR order.
+  elif image.ndim == 3 and image.shape[2] == 1:
+    image = image[:, :, 0]
+  ok, buf = cv2.imencode(".png", image)
+  if not ok:
+    raise ValueError(f"PNG encoding failed for an array of shape {image.shape}")
+  return buf.tobytes()
+
+
+@dataclasses.dataclass(frozen=True)
+class ImageProbe:
+  format: str  # PIL's name, e.g. "JPEG"
+  height: int
+  width: int
+  mode: str
+
+
+def probe(data: bytes) -> ImageProbe:
+  """Fully decodes image bytes; raises ValueError with a short reason when they are corrupt."""
+  try:
+    with warnings.catch_warnings():
+      warnings.simplefilter("error", Image.DecompressionBombWarning)
+      with Image.open(io.BytesIO(data)) as im:
+        im.load()  # Decodes every pixel: a truncated file fails here.
+        return ImageProbe(format=im.format or "", height=im.height, width=im.width, mode=im.mode)
+  except (OSError, SyntaxError, ValueError, Image.DecompressionBombWarning,
+          Image.DecompressionBombError) as e:
+    raise ValueError(str(e).splitlines()[0] if str(e) else type(e).__name__) from None
+
+
+def to_storable(data: bytes) -> tuple[bytes, str, ImageProbe]:
+  """Image bytes as stored in a record: JPEG/PNG as they are, other formats as RGB PNG."""
+  info = probe(data)
+  if info.format in KEPT_FORMATS:
+    return data, KEPT_FORMATS[info.format], info
+  with Image.open(io.BytesIO(data)) as im:
+    rgb = np.asarray(im.convert("RGB"))
+  return encode_png(rgb), "png", info

@@ -1,0 +1,148 @@
+"""The contract between a data set and the shard writer, and the registry of data sets.
+
+A Source is built in the parent process (it resolves, downloads and indexes its data there) and is
+inherited by forked worker processes, which call `record()` (and `check()`) for item positions.
+"""
+
+import abc
+import dataclasses
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+
+from nascli.errors import InputError, NascliError
+
+_SOURCES: dict[str, type["Source"]] = {}
+
+CLASSIFICATION = "classification"
+DETECTION = "detection"
+
+
+def register_source(name: str) -> Callable[[type["Source"]], type["Source"]]:
+  """Registers a Source class under the data set name users type on the command line."""
+
+  def decorator(cls: type["Source"]) -> type["Source"]:
+    if name in _SOURCES:
+      raise KeyError(f"data set {name!r} registered twice")
+    cls.name = name
+    _SOURCES[name] = cls
+    return cls
+
+  return decorator
+
+
+def known_sources() -> list[str]:
+  return sorted(_SOURCES)
+
+
+def lookup_source(name: str) -> type["Source"]:
+  if name not in _SOURCES:
+    raise NascliError(f"unknown data set {name!r}; known: {', '.join(known_sources())}")
+  return _SOURCES[name]
+
+
+@dataclasses.dataclass
+class ConvertOptions:
+  """Everything `convert-data` was asked; each source reads the fields that concern it."""
+  source: Path | None = None
+  validation_source: Path | None = None
+  download_dir: Path = Path.home() / ".cache" / "nascli" / "downloads"
+  work_dir: Path | None = None  # scratch space for extraction, inside the output folder
+  seed: int = 0
+  validation_fraction: float | None = None
+  validation_size: int | None = None
+  image_size: int | None = None
+  channels: int | None = None
+  num_samples: int | None = None
+  label_map: Path | None = None
+  skip_corrupt: bool = False
+  progress: bool = True
+
+
+@dataclasses.dataclass
+class ClassInfo:
+  id: int
+  name: str
+
+
+@dataclasses.dataclass
+class Record:
+  """One image and its annotations, ready to become a tf.train.Example."""
+  encoded: bytes
+  format: str  # "png" or "jpeg"
+  height: int
+  width: int
+  source_id: str
+  filename: str
+  label: int | None = None  # classification
+  # Detection: normalized boxes (ymin, xmin, ymax, xmax), class ids, pixel areas, crowd flags.
+  boxes: np.ndarray | None = None
+  classes: np.ndarray | None = None
+  areas: np.ndarray | None = None
+  is_crowd: np.ndarray | None = None
+
+
+class CorruptItemError(InputError):
+  """An item that cannot be decoded; --skip_corrupt skips it, otherwise it stops the conversion."""
+
+  def __init__(self, item: str, reason: str):
+    super().__init__(f"corrupt image {item}: {reason} (pass --skip_corrupt to skip it)")
+    self.item = item
+    self.reason = reason
+
+  def __reduce__(self):
+    return type(self), (self.item, self.reason)
+
+
+class Source(abc.ABC):
+  """A data set: named splits of items in a fixed order, and how to turn an item into a Record."""
+
+  name: str = ""
+  task: str = CLASSIFICATION
+  # True when items can be corrupt and must be checked before shards are planned.
+  needs_check: bool = False
+
+  def __init__(self, options: ConvertOptions):
+    self.options = options
+
+  @abc.abstractmethod
+  def prepare(self) -> None:
+    """Resolves, downloads, extracts and indexes the data (parent process, before any worker)."""
+
+  @abc.abstractmethod
+  def source_info(self) -> dict[str, Any]:
+    """Where the data came from: kind, path or URL, checksum (goes into dataset_info.json)."""
+
+  @abc.abstractmethod
+  def classes(self) -> list[ClassInfo]:
+    """Class ids and names, in id order."""
+
+  @abc.abstractmethod
+  def split_sizes(self) -> dict[str, int]:
+    """Number of items of each split, e.g. {"train": 50000, "validation": 10000}."""
+
+  @abc.abstractmethod
+  def record(self, split: str, index: int) -> Record:
+    """Encodes item `index` of `split` (runs in worker processes)."""
+
+  def item_name(self, split: str, index: int) -> str:
+    """A human name for an item in messages and reports (a file path where there is one)."""
+    return f"{split}[{index}]"
+
+  def check(self, split: str, index: int) -> None:
+    """Raises CorruptItemError when the item cannot be decoded (runs in worker processes)."""
+
+  def estimated_bytes(self, split: str) -> int:
+    """Rough encoded size of a split, used to pick a default shard count."""
+    return 0
+
+  def settings(self) -> dict[str, Any]:
+    """Options that change the output bytes; a re-run with other settings must not reuse shards."""
+    return {}
+
+
+def source_for(name: str, options: ConvertOptions) -> Source:
+  # Importing the package registers every built-in source.
+  import nascli.data.datasets  # pylint: disable=g-import-not-at-top,unused-import
+  return lookup_source(name)(options)
