@@ -48,3 +48,25 @@ def run_convert(tmp_path):
     return info, stats, output_dir
 
   return _run
+
+
+def nascli_subprocess(*args, env=None, **kwargs):
+  """Runs `python -m nascli ARGS` as a user would; returns the CompletedProcess (text mode)."""
+  import subprocess  # pylint: disable=g-import-not-at-top
+  import sys  # pylint: disable=g-import-not-at-top
+  full_env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", **(env or {}))
+  return subprocess.run([sys.executable, "-m", "nascli", *map(str, args)], capture_output=True,
+                        text=True, env=full_env, check=False, **kwargs)
+
+
+@pytest.fixture
+def cli(capsys):
+  """Runs nascli's main() in-process; returns (exit_code, stdout, stderr)."""
+  from nascli.app import main  # pylint: disable=g-import-not-at-top
+
+  def _run(*args):
+    code = main([str(a) for a in args])
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
+
+  return _run

@@ -1,0 +1,335 @@
+"""`coco`: detection data in the COCO layout (instances JSON + image folders), from local files.
+
+`--source DIR` reads `DIR/annotations/instances_<name>.json` with the images in `DIR/<name>/`
+(train* -> "train", val* -> "validation"). `--source FILE.json` reads one instances file as the
+"train" split (and `--validation_source FILE.json`, when given, as "validation"). Category ids
+keep their COCO values, gaps included, as Model Garden's COCO tooling does.
+"""
+
+import dataclasses
+import hashlib
+import json
+import math
+import os
+from pathlib import Path, PurePosixPath
+from typing import Any
+
+import numpy as np
+
+from nascli.data import images
+from nascli.data.source import (DETECTION, ClassInfo, CorruptItemError, Record, Source,
+                                register_source)
+from nascli.errors import InputError, NascliError, UnsafeInputError
+
+ANNOTATIONS_DIR = "annotations"
+INSTANCES_PREFIX = "instances_"
+REQUIRED_KEYS = ("images", "annotations", "categories")
+DOWNLOAD_PAGE = "https://cocodataset.org/#download"
+
+
+@dataclasses.dataclass
+class _Image:
+  """One image of a split and its annotations, in COCO pixel boxes [x, y, w, h]."""
+  image_id: int
+  file_name: str
+  path: Path
+  size: int  # bytes on disk; -1 when the file is missing
+  boxes: np.ndarray  # float64 [K, 4]
+  classes: np.ndarray  # int64 [K]
+  areas: np.ndarray  # float32 [K]
+  is_crowd: np.ndarray  # int64 [K]
+
+
+@dataclasses.dataclass
+class _Split:
+  original_name: str
+  annotations: Path
+  annotations_sha256: str
+  image_dir: Path
+  images: list[_Image]
+  num_annotations: int
+  skipped_annotations: int
+
+
+def _read_instances(path: Path) -> tuple[dict, str]:
+  """The parsed instances JSON and the sha256 of its bytes; InputError naming the file."""
+  try:
+    data = path.read_bytes()
+  except OSError as e:
+    raise InputError(f"cannot read {path}: {e.strerror or e}") from None
+  try:
+    doc = json.loads(data)
+  except UnicodeDecodeError:
+    raise InputError(f"{path} is not valid JSON: not UTF-8 text") from None
+  except json.JSONDecodeError as e:
+    raise InputError(f"{path} is not valid JSON: {e.msg} at line {e.lineno} column {e.colno}"
+                     ) from None
+  if not isinstance(doc, dict):
+    raise InputError(f"{path} is not a COCO instances file: the top level is not an object")
+  for key in REQUIRED_KEYS:
+    if key not in doc:
+      raise InputError(f"{path} is not a COCO instances file: it has no {key!r} key")
+    if not isinstance(doc[key], list):
+      raise InputError(f"{path}: {key!r} is not a list")
+  return doc, hashlib.sha256(data).hexdigest()
+
+
+def _is_int(value: Any) -> bool:
+  return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _parse_categories(path: Path, doc: dict) -> dict[int, str]:
+  categories = {}
+  for cat in doc["categories"]:
+    if not isinstance(cat, dict) or not _is_int(cat.get("id")) or not isinstance(
+        cat.get("name"), str):
+      raise InputError(f"{path}: category {str(cat)[:80]} needs an integer 'id' and a 'name'")
+    cid, name = cat["id"], cat["name"]
+    if cid < 1:  # 0 is the background class in Model Garden.
+      raise InputError(f"{path}: category {name!r} has id {cid}; ids must be 1 or more")
+    if "\n" in name or "\r" in name:
+      raise InputError(f"{path}: category {cid} has a line break in its name")
+    if cid in categories and categories[cid] != name:
+      raise InputError(f"{path}: category id {cid} is given twice ({categories[cid]!r},"
+                       f" {name!r})")
+    categories[cid] = name
+  if not categories:
+    raise InputError(f"{path} lists no categories")
+  return categories
+
+
+def _image_path(path: Path, image_dir: Path, image: dict) -> Path:
+  file_name = image["file_name"]
+  rel = PurePosixPath(file_name)
+  if not file_name or rel.is_absolute() or ".." in rel.parts or "\\" in file_name:
+    raise UnsafeInputError(f"{path}: image {image['id']} has file_name {file_name!r} outside"
+                           " the image folder")
+  return image_dir / rel
+
+
+def _parse_split(original_name: str, path: Path, image_dir: Path | None,
+                 categories: dict[int, str], doc: dict, digest: str) -> _Split:
+  """Indexes one instances file: images sorted by id, each with its kept annotations."""
+  entries = {}
+  for image in doc["images"]:
+    if not isinstance(image, dict) or not _is_int(image.get("id")) or not isinstance(
+        image.get("file_name"), str):
+      raise InputError(f"{path}: image {str(image)[:80]} needs an integer 'id' (Model Garden"
+                       " reads source ids as numbers) and a 'file_name'")
+    if image["id"] in entries:
+      raise InputError(f"{path}: image id {image['id']} is listed twice")
+    entries[image["id"]] = image
+  if not entries:
+    raise InputError(f"{path} lists no images")
+  if image_dir is None:
+    image_dir = _find_image_dir(path, original_name, entries[min(entries)]["file_name"])
+
+  per_image: dict[int, list] = {i: [] for i in entries}
+  skipped = 0
+  for ann in doc["annotations"]:
+    if not isinstance(ann, dict):
+      raise InputError(f"{path}: annotation {str(ann)[:80]} is not an object")
+    ann_name = f"annotation {ann.get('id', '?')}"
+    image_id, cid, bbox = ann.get("image_id"), ann.get("category_id"), ann.get("bbox")
+    if image_id not in per_image:
+      raise InputError(f"{path}: {ann_name} refers to unknown image_id {image_id!r}")
+    if cid not in categories:
+      raise InputError(f"{path}: {ann_name} has unknown category_id {cid!r}")
+    if (not isinstance(bbox, list) or len(bbox) != 4
+        or not all(isinstance(v, (int, float)) and math.isfinite(v) for v in bbox)):
+      raise InputError(f"{path}: {ann_name} has bbox {str(bbox)[:60]}; expected [x, y, w, h]")
+    x, y, w, h = (float(v) for v in bbox)
+    if w <= 0 or h <= 0:
+      skipped += 1  # Degenerate boxes teach nothing and break box encoders.
+      continue
+    area = ann.get("area", w * h)
+    if not isinstance(area, (int, float)):
+      raise InputError(f"{path}: {ann_name} has area {area!r}; expected a number")
+    per_image[image_id].append((x, y, w, h, cid, float(area), 1 if ann.get("iscrowd") else 0))
+
+  split_images = []
+  for image_id in sorted(entries):
+    anns = per_image[image_id]
+    image_path = _image_path(path, image_dir, entries[image_id])
+    try:
+      size = image_path.stat().st_size
+    except OSError:
+      size = -1  # check() reports it as a missing file.
+    split_images.append(_Image(
+        image_id=image_id, file_name=entries[image_id]["file_name"], path=image_path, size=size,
+        boxes=np.asarray([a[:4] for a in anns], np.float64).reshape(-1, 4),
+        classes=np.asarray([a[4] for a in anns], np.int64),
+        areas=np.asarray([a[5] for a in anns], np.float32),
+        is_crowd=np.asarray([a[6] for a in anns], np.int64)))
+  return _Split(original_name=original_name, annotations=path, annotations_sha256=digest,
+                image_dir=image_dir, images=split_images,
+                num_annotations=len(doc["annotations"]) - skipped, skipped_annotations=skipped)
+
+
+def _find_image_dir(path: Path, name: str, first_file: str) -> Path:
+  """For a lone JSON: a folder named after it beside it or beside its folder, else its folder."""
+  candidates = [path.parent / name, path.parent.parent / name, path.parent]
+  for d in candidates:
+    if (d / first_file).is_file():
+      return d
+  return next((d for d in candidates if d.is_dir()), path.parent)
+
+
+def _split_name(original: str) -> str | None:
+  if original.startswith("train"):
+    return "train"
+  if original.startswith("val"):
+    return "validation"
+  return None
+
+
+@register_source("coco")
+class CocoSource(Source):
+  """COCO instances annotations with their JPEG/PNG images, stored as the original bytes."""
+
+  task = DETECTION
+  needs_check = True
+
+  def prepare(self) -> None:
+    source = self.options.source
+    if source is None:
+      raise NascliError(
+          "coco needs --source: a folder in the COCO layout (annotations/instances_train2017.json,"
+          f" train2017/, ...) or one instances JSON file; get it from {DOWNLOAD_PAGE}")
+    source = Path(source)
+    self._ignored: list[str] = []
+    if not source.exists():
+      raise InputError(f"--source {source} does not exist")
+    if source.is_dir():
+      if self.options.validation_source is not None:
+        raise NascliError("--validation_source applies only when --source is one instances"
+                          " JSON file; the COCO folder layout already holds the val split")
+      files = self._layout_files(source)
+      self._root = source
+    else:
+      files = {"train": (self._json_name(source), source, None)}
+      if self.options.validation_source is not None:
+        val = Path(self.options.validation_source)
+        if not val.is_file():
+          raise InputError(f"--validation_source {val} is not a file")
+        files["validation"] = (self._json_name(val), val, None)
+      self._root = source.parent
+    self._kind = "folder" if source.is_dir() else "file"
+    self._source = source
+
+    self._splits: dict[str, _Split] = {}
+    self._categories: dict[int, str] = {}
+    for split, (original, path, image_dir) in files.items():
+      doc, digest = _read_instances(path)
+      categories = _parse_categories(path, doc)
+      for cid, name in categories.items():
+        if self._categories.get(cid, name) != name:
+          raise InputError(f"{path}: category {cid} is {name!r} but {self._categories[cid]!r}"
+                           " in the other split")
+        self._categories[cid] = name
+      self._splits[split] = _parse_split(original, path, image_dir, categories, doc, digest)
+      del doc  # The COCO train JSON is large; keep only the compact index.
+    self._info = self._make_source_info()
+
+  @staticmethod
+  def _json_name(path: Path) -> str:
+    return path.stem.removeprefix(INSTANCES_PREFIX)
+
+  def _layout_files(self, root: Path) -> dict[str, tuple[str, Path, Path]]:
+    """{split: (original name, instances JSON, image folder)} of a COCO folder."""
+    ann_dir = root / ANNOTATIONS_DIR
+    found = sorted(ann_dir.glob(f"{INSTANCES_PREFIX}*.json")) if ann_dir.is_dir() else []
+    if not found:
+      raise InputError(f"--source {root} has no {ANNOTATIONS_DIR}/{INSTANCES_PREFIX}<name>.json"
+                       " (the COCO layout, e.g. annotations/instances_train2017.json)")
+    files: dict[str, tuple[str, Path, Path]] = {}
+    for path in found:
+      original = self._json_name(path)
+      split = _split_name(original)
+      if split is None:
+        self._ignored.append(path.name)
+        continue
+      if split in files:
+        raise InputError(f"{root}: both {files[split][1].name} and {path.name} would be the"
+                         f" {split} split; keep one")
+      image_dir = root / original
+      if not image_dir.is_dir():
+        raise InputError(f"image folder {image_dir} for {path} not found")
+      files[split] = (original, path, image_dir)
+    if not files:
+      raise InputError(f"--source {root}: no train*/val* instances file in {ann_dir} (found "
+                       + ", ".join(p.name for p in found) + ")")
+    return files
+
+  def _make_source_info(self) -> dict[str, Any]:
+    # Checksum of the listing: each annotation file with its content digest, each image with its
+    # size (hashing every COCO image would take longer than converting them).
+    lines = []
+    for s in self._splits.values():
+      rel = os.path.relpath(s.annotations, self._root)
+      lines.append(f"{rel}\t{s.annotations.stat().st_size}\t{s.annotations_sha256}\n")
+      lines.extend(f"{os.path.relpath(i.path, self._root)}\t{i.size}\n" for i in s.images)
+    digest = hashlib.sha256("".join(sorted(lines)).encode()).hexdigest()
+    validation = self._splits.get("validation")
+    info = {
+        "kind": self._kind, "format": "coco", "path": str(self._source),
+        "checksum_of": "listing", "sha256": digest,
+        "skipped_annotations": sum(s.skipped_annotations for s in self._splits.values()),
+        "validation_annotations": str(validation.annotations) if validation else None,
+        "splits": {
+            split: {"original_name": s.original_name, "annotations": str(s.annotations),
+                    "annotations_sha256": s.annotations_sha256, "images": str(s.image_dir),
+                    "num_images": len(s.images), "num_annotations": s.num_annotations,
+                    "skipped_annotations": s.skipped_annotations,
+                    "missing_files": sum(i.size < 0 for i in s.images)}
+            for split, s in self._splits.items()},
+    }
+    if self._ignored:
+      info["ignored_annotation_files"] = self._ignored
+    return info
+
+  def source_info(self) -> dict[str, Any]:
+    return self._info
+
+  def classes(self) -> list[ClassInfo]:
+    return [ClassInfo(cid, name) for cid, name in sorted(self._categories.items())]
+
+  def split_sizes(self) -> dict[str, int]:
+    return {split: len(s.images) for split, s in self._splits.items()}
+
+  def estimated_bytes(self, split: str) -> int:
+    return sum(max(i.size, 0) for i in self._splits[split].images)
+
+  def item_name(self, split: str, index: int) -> str:
+    return str(self._splits[split].images[index].path)
+
+  def _read(self, split: str, index: int) -> bytes:
+    path = self._splits[split].images[index].path
+    try:
+      return path.read_bytes()
+    except FileNotFoundError:
+      raise CorruptItemError(str(path), "missing file") from None
+    except OSError as e:
+      raise CorruptItemError(str(path), f"cannot read: {e.strerror or e}") from None
+
+  def check(self, split: str, index: int) -> None:
+    try:
+      images.probe(self._read(split, index))
+    except ValueError as e:
+      raise CorruptItemError(self.item_name(split, index), str(e)) from None
+
+  def record(self, split: str, index: int) -> Record:
+    image = self._splits[split].images[index]
+    try:
+      encoded, fmt, probe = images.to_storable(self._read(split, index))
+    except ValueError as e:
+      raise CorruptItemError(str(image.path), str(e)) from None
+    # Boxes are normalized by the decoded size, which is what the decoder will see.
+    height, width = probe.height, probe.width
+    x, y, w, h = image.boxes.T
+    boxes = np.stack([y / height, x / width, (y + h) / height, (x + w) / width], axis=-1)
+    return Record(
+        encoded=encoded, format=fmt, height=height, width=width,
+        source_id=str(image.image_id), filename=image.file_name,
+        boxes=np.clip(boxes, 0.0, 1.0).astype(np.float32).reshape(-1, 4), classes=image.classes,
+        areas=image.areas, is_crowd=image.is_crowd)

@@ -1,0 +1,96 @@
+"""`shapes`: the synthetic detection set of `nascli.data.shapes`, the offline detection default.
+
+The images are a pure function of the settings, so the checksum in dataset_info.json is the
+checksum of the settings: two conversions with the same settings write identical shards.
+"""
+
+import hashlib
+import json
+from typing import Any
+
+import numpy as np
+
+from nascli.data import images, shapes
+from nascli.data.source import DETECTION, ClassInfo, Record, Source, register_source
+from nascli.errors import NascliError
+
+DEFAULT_NUM_SAMPLES = 512
+DEFAULT_IMAGE_SIZE = 128
+DEFAULT_VALIDATION_FRACTION = 0.2
+MAX_OBJECTS = 4
+# Bump when nascli.data.shapes renders different pixels or labels for the same settings, so that
+# a re-run never reuses shards of the old renderer.
+GENERATOR_VERSION = "nascli.data.shapes/1"
+
+
+@register_source("shapes")
+class ShapesSource(Source):
+  """Rendered rectangles, ellipses and triangles; train and validation never share an image."""
+
+  task = DETECTION
+
+  def prepare(self) -> None:
+    opts = self.options
+    self.num_train = DEFAULT_NUM_SAMPLES if opts.num_samples is None else opts.num_samples
+    if self.num_train < 1:
+      raise NascliError(f"--num_samples must be at least 1, got {self.num_train}")
+    self.num_validation = self._validation_count()
+    self.image_size = DEFAULT_IMAGE_SIZE if opts.image_size is None else opts.image_size
+    if opts.channels not in (None, 3):
+      raise NascliError(f"--channels {opts.channels}: shapes images are RGB (3 channels)")
+    try:  # The generator owns the size rules; render one image to apply them before any worker.
+      shapes.render_sample(opts.seed, 0, self.image_size, MAX_OBJECTS)
+    except ValueError as e:
+      raise NascliError(f"--image_size {self.image_size}: {e}") from None
+    # Global indices: train 0..n_train-1, validation after them, so no image is in both.
+    self._offsets = {"train": 0, "validation": self.num_train}
+
+  def _validation_count(self) -> int:
+    opts = self.options
+    if opts.validation_size is not None and opts.validation_fraction is not None:
+      raise NascliError("give --validation_size or --validation_fraction, not both")
+    if opts.validation_size is not None:
+      if opts.validation_size < 1:
+        raise NascliError(f"--validation_size must be at least 1, got {opts.validation_size}")
+      return opts.validation_size
+    fraction = (DEFAULT_VALIDATION_FRACTION if opts.validation_fraction is None
+                else opts.validation_fraction)
+    if not 0.0 < fraction <= 1.0:
+      raise NascliError(f"--validation_fraction {fraction} must be in (0, 1]")
+    return max(1, round(self.num_train * fraction))
+
+  def settings(self) -> dict[str, Any]:
+    return {"generator_version": GENERATOR_VERSION, "seed": self.options.seed,
+            "num_samples": self.num_train, "num_validation": self.num_validation,
+            "image_size": self.image_size, "max_objects": MAX_OBJECTS}
+
+  def source_info(self) -> dict[str, Any]:
+    canonical = json.dumps(self.settings(), sort_keys=True, separators=(",", ":"))
+    return {"kind": "synthetic", "generator": "nascli.data.shapes.render_sample",
+            "version": GENERATOR_VERSION, "checksum_of": "settings",
+            "sha256": hashlib.sha256(canonical.encode()).hexdigest()}
+
+  def classes(self) -> list[ClassInfo]:
+    return [ClassInfo(i + 1, name) for i, name in enumerate(shapes.CLASS_NAMES)]
+
+  def split_sizes(self) -> dict[str, int]:
+    return {"train": self.num_train, "validation": self.num_validation}
+
+  def estimated_bytes(self, split: str) -> int:
+    # Noisy textures compress poorly: about 80% of the raw RGB bytes as PNG.
+    return self.split_sizes()[split] * self.image_size ** 2 * 3 * 4 // 5
+
+  def global_index(self, split: str, index: int) -> int:
+    return self._offsets[split] + index
+
+  def item_name(self, split: str, index: int) -> str:
+    return f"shapes[{self.global_index(split, index)}]"
+
+  def record(self, split: str, index: int) -> Record:
+    g = self.global_index(split, index)
+    sample = shapes.render_sample(self.options.seed, g, self.image_size, MAX_OBJECTS)
+    return Record(
+        encoded=images.encode_png(sample.image), format="png", height=self.image_size,
+        width=self.image_size, source_id=str(g), filename=f"shapes_{g:06d}.png",
+        boxes=sample.boxes, classes=sample.classes, areas=sample.areas,
+        is_crowd=np.zeros(len(sample.classes), np.int64))

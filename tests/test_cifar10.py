@@ -1,0 +1,318 @@
+"""Tests for the cifar10 source: both official archive layouts built from known pixels."""
+
+import hashlib
+import io
+import json
+import os
+import pickle
+import tarfile
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from conftest import decode_image, read_examples
+from nascli.data import download
+from nascli.errors import InputError, UnsafeInputError
+
+CLASS_NAMES = ["airplane", "automobile", "bird", "cat", "deer", "dog", "frog", "horse", "ship",
+               "truck"]
+TRAIN_PER_BATCH = 7
+NUM_TEST = 5
+PY = "cifar-10-batches-py"
+BIN = "cifar-10-batches-bin"
+
+
+def _make_data(seed: int = 0) -> dict:
+  """Known pixels as CIFAR stores them: [N, 3072] rows in CHW order, labels and filenames."""
+  rng = np.random.default_rng(seed)
+  batches = {}
+  for i, n in [(1, TRAIN_PER_BATCH), (2, TRAIN_PER_BATCH), (3, TRAIN_PER_BATCH),
+               (4, TRAIN_PER_BATCH), (5, TRAIN_PER_BATCH), ("test", NUM_TEST)]:
+    name = "test_batch" if i == "test" else f"data_batch_{i}"
+    batches[name] = {
+        "data": rng.integers(0, 256, size=(n, 3072), dtype=np.uint8),
+        "labels": [int(v) for v in rng.integers(0, 10, size=n)],
+        "filenames": [f"{name}_img_{k}.png" for k in range(n)],
+    }
+  return batches
+
+
+def _pickle_batch(batch: dict, with_filenames: bool) -> bytes:
+  obj = {b"batch_label": b"a batch", b"labels": batch["labels"], b"data": batch["data"]}
+  if with_filenames:
+    obj[b"filenames"] = [f.encode() for f in batch["filenames"]]
+  return pickle.dumps(obj, protocol=2)
+
+
+def _python_files(data: dict, with_filenames: bool = True) -> dict[str, bytes]:
+  files = {name: _pickle_batch(b, with_filenames) for name, b in data.items()}
+  files["batches.meta"] = pickle.dumps(
+      {b"label_names": [n.encode() for n in CLASS_NAMES], b"num_cases_per_batch": 7,
+       b"num_vis": 3072}, protocol=2)
+  return files
+
+
+def _binary_files(data: dict) -> dict[str, bytes]:
+  files = {}
+  for name, b in data.items():
+    rows = np.concatenate([np.asarray(b["labels"], np.uint8)[:, None], b["data"]], axis=1)
+    files[f"{name}.bin"] = rows.tobytes()
+  files["batches.meta.txt"] = ("\n".join(CLASS_NAMES) + "\n\n").encode()
+  return files
+
+
+def _make_tar(path: Path, folder: str, files: dict[str, bytes]) -> Path:
+  with tarfile.open(path, "w:gz") as tf:
+    for name, data in files.items():
+      info = tarfile.TarInfo(f"{folder}/{name}")
+      info.size = len(data)
+      tf.addfile(info, io.BytesIO(data))
+  return path
+
+
+def _expected(data: dict, split: str) -> tuple[np.ndarray, list[int], list[str]]:
+  """HWC pixels, labels and filenames of a split in canonical order."""
+  names = [f"data_batch_{i}" for i in range(1, 6)] if split == "train" else ["test_batch"]
+  rows = np.concatenate([data[n]["data"] for n in names])
+  hwc = rows.reshape(-1, 3, 32, 32).transpose(0, 2, 3, 1)
+  labels = [label for n in names for label in data[n]["labels"]]
+  filenames = [f for n in names for f in data[n]["filenames"]]
+  return hwc, labels, filenames
+
+
+def _by_index(out: Path, split: str) -> dict[int, dict]:
+  records = {}
+  for ex in read_examples(out / f"{split}-*.tfrecord"):
+    source_id = ex["image/source_id"][0].decode()
+    prefix, index = source_id.rsplit("_", 1)
+    assert prefix == split
+    records[int(index)] = ex
+  return records
+
+
+def _assert_matches(out: Path, data: dict, filenames: bool) -> None:
+  for split, n in [("train", 5 * TRAIN_PER_BATCH), ("validation", NUM_TEST)]:
+    pixels, labels, names = _expected(data, split)
+    records = _by_index(out, split)
+    assert sorted(records) == list(range(n))
+    original = "train" if split == "train" else "test"
+    for i, ex in records.items():
+      assert ex["image/format"] == [b"png"]
+      assert ex["image/height"] == [32] and ex["image/width"] == [32]
+      assert ex["image/class/label"] == [labels[i]]
+      np.testing.assert_array_equal(decode_image(ex["image/encoded"][0]), pixels[i])
+      want = names[i] if filenames else f"cifar10_{original}_{i:05d}.png"
+      assert ex["image/filename"] == [want.encode()]
+
+
+def _shard_digests(info: dict) -> list[tuple[str, str]]:
+  return [(s["file"], s["sha256"]) for split in info["splits"].values() for s in split["shards"]]
+
+
+def _assert_failed_cleanly(out: Path) -> None:
+  assert not (out / "dataset_info.json").exists()
+  assert not list(out.glob("*.tfrecord"))
+
+
+def test_python_archive(tmp_path, run_convert):
+  data = _make_data()
+  archive = _make_tar(tmp_path / "cifar-10-python.tar.gz", PY, _python_files(data))
+  info, stats, out = run_convert("cifar10", source=archive, processes=2, num_shards=5)
+
+  _assert_matches(out, data, filenames=True)
+  assert (out / "labels.txt").read_text() == "".join(f"{i}:{n}\n"
+                                                     for i, n in enumerate(CLASS_NAMES))
+  assert info["classes"] == [{"id": i, "name": n} for i, n in enumerate(CLASS_NAMES)]
+  assert info["num_classes"] == 10
+  assert info["source"]["kind"] == "archive"
+  assert info["source"]["format"] == "python"
+  assert info["source"]["path"] == str(archive)
+  assert info["source"]["sha256"] == hashlib.sha256(archive.read_bytes()).hexdigest()
+  assert info["source"]["original_splits"] == {"train": "train", "validation": "test"}
+  assert stats["records_written"] == 40
+  # Shards are even and the info file agrees with the files on disk.
+  train, val = info["splits"]["train"], info["splits"]["validation"]
+  assert (train["num_records"], train["num_shards"]) == (35, 5)
+  assert [s["num_records"] for s in train["shards"]] == [7] * 5
+  assert [s["num_records"] for s in val["shards"]] == [1] * 5
+  for split in (train, val):
+    for shard in split["shards"]:
+      path = out / shard["file"]
+      assert hashlib.sha256(path.read_bytes()).hexdigest() == shard["sha256"]
+      assert len(read_examples(path)) == shard["num_records"]
+  _, train_labels, _ = _expected(data, "train")
+  assert train["class_counts"] == {
+      str(k): train_labels.count(k) for k in sorted(set(train_labels))}
+
+
+def test_binary_archive_gives_identical_shards(tmp_path, run_convert):
+  data = _make_data(seed=1)
+  # The binary layout has no filenames, so the pickles here leave them out too.
+  py = _make_tar(tmp_path / "py.tar.gz", PY, _python_files(data, with_filenames=False))
+  binary = _make_tar(tmp_path / "cifar-10-binary.tar.gz", BIN, _binary_files(data))
+  py_info, _, py_out = run_convert("cifar10", output_dir=tmp_path / "py", source=py,
+                                   processes=1, num_shards=5)
+  bin_info, _, bin_out = run_convert("cifar10", output_dir=tmp_path / "bin", source=binary,
+                                     processes=2, num_shards=5)
+
+  _assert_matches(bin_out, data, filenames=False)
+  assert bin_info["source"]["format"] == "binary"
+  assert bin_info["classes"] == py_info["classes"]
+  assert _shard_digests(bin_info) == _shard_digests(py_info)
+  for name, _ in _shard_digests(py_info):
+    assert (py_out / name).read_bytes() == (bin_out / name).read_bytes()
+  assert (py_out / "labels.txt").read_bytes() == (bin_out / "labels.txt").read_bytes()
+
+
+@pytest.mark.parametrize("layout", ["python", "binary"])
+def test_extracted_folder(tmp_path, run_convert, layout):
+  data = _make_data(seed=2)
+  files, folder = ((_python_files(data, with_filenames=False), PY) if layout == "python"
+                   else (_binary_files(data), BIN))
+  root = tmp_path / "extracted"
+  (root / folder).mkdir(parents=True)
+  for name, blob in files.items():
+    (root / folder / name).write_bytes(blob)
+  archive = _make_tar(tmp_path / "a.tar.gz", folder, files)
+  a_info, _, _ = run_convert("cifar10", output_dir=tmp_path / "a", source=archive, num_shards=2)
+  # Either the extraction root or the batches folder itself.
+  for i, source in enumerate([root, root / folder]):
+    info, _, out = run_convert("cifar10", output_dir=tmp_path / f"f{i}", source=source,
+                               num_shards=2)
+    assert info["source"]["kind"] == "folder"
+    assert info["source"]["checksum_of"] == "listing"
+    assert info["source"]["format"] == layout
+    assert _shard_digests(info) == _shard_digests(a_info)
+  _assert_matches(out, data, filenames=False)
+
+
+class _Evil:
+  def __init__(self, marker: Path):
+    self.marker = marker
+
+  def __reduce__(self):
+    return os.system, (f"touch {self.marker}",)
+
+
+def test_malicious_pickle_is_refused(tmp_path, run_convert):
+  marker = tmp_path / "pwned"
+  files = _python_files(_make_data())
+  files["data_batch_2"] = pickle.dumps({b"data": _Evil(marker), b"labels": []}, protocol=2)
+  archive = _make_tar(tmp_path / "cifar-10-python.tar.gz", PY, files)
+  out = tmp_path / "out"
+  with pytest.raises(UnsafeInputError) as e:
+    run_convert("cifar10", output_dir=out, source=archive)
+  message = str(e.value)
+  assert "\n" not in message
+  assert "data_batch_2" in message and str(archive) in message
+  assert not marker.exists()
+  _assert_failed_cleanly(out)
+
+
+def test_malicious_meta_in_folder_is_refused(tmp_path, run_convert):
+  marker = tmp_path / "pwned"
+  folder = tmp_path / PY
+  folder.mkdir()
+  for name, blob in _python_files(_make_data()).items():
+    (folder / name).write_bytes(blob)
+  (folder / "batches.meta").write_bytes(pickle.dumps(_Evil(marker), protocol=2))
+  out = tmp_path / "out"
+  with pytest.raises(UnsafeInputError, match="batches.meta"):
+    run_convert("cifar10", output_dir=out, source=folder)
+  assert not marker.exists()
+  _assert_failed_cleanly(out)
+
+
+def test_truncated_archive(tmp_path, run_convert):
+  good = _make_tar(tmp_path / "good.tar.gz", PY, _python_files(_make_data()))
+  archive = tmp_path / "cifar-10-python.tar.gz"
+  archive.write_bytes(good.read_bytes()[: good.stat().st_size // 2])
+  out = tmp_path / "out"
+  with pytest.raises(InputError) as e:
+    run_convert("cifar10", output_dir=out, source=archive)
+  assert "\n" not in str(e.value)
+  assert str(archive) in str(e.value) and "truncated" in str(e.value)
+  _assert_failed_cleanly(out)
+
+
+@pytest.mark.parametrize("layout,missing", [("python", "data_batch_3"),
+                                            ("python", "batches.meta"),
+                                            ("binary", "test_batch.bin")])
+def test_missing_member(tmp_path, run_convert, layout, missing):
+  data = _make_data()
+  files, folder = ((_python_files(data), PY) if layout == "python"
+                   else (_binary_files(data), BIN))
+  del files[missing]
+  archive = _make_tar(tmp_path / "cifar.tar.gz", folder, files)
+  out = tmp_path / "out"
+  with pytest.raises(InputError) as e:
+    run_convert("cifar10", output_dir=out, source=archive)
+  message = str(e.value)
+  assert "\n" not in message
+  assert str(archive) in message and f"{folder}/{missing}" in message
+  _assert_failed_cleanly(out)
+
+
+def test_missing_file_in_folder(tmp_path, run_convert):
+  folder = tmp_path / PY
+  folder.mkdir()
+  for name, blob in _python_files(_make_data()).items():
+    if name != "test_batch":
+      (folder / name).write_bytes(blob)
+  with pytest.raises(InputError, match=r"has no file test_batch$"):
+    run_convert("cifar10", output_dir=tmp_path / "out", source=tmp_path)
+  _assert_failed_cleanly(tmp_path / "out")
+
+
+def test_not_a_cifar_archive(tmp_path, run_convert):
+  archive = _make_tar(tmp_path / "other.tar.gz", "stuff", {"readme.txt": b"hello"})
+  with pytest.raises(InputError, match="not a CIFAR-10 archive") as e:
+    run_convert("cifar10", output_dir=tmp_path / "out", source=archive)
+  assert str(archive) in str(e.value)
+  _assert_failed_cleanly(tmp_path / "out")
+
+
+def test_mixed_layouts_are_refused(tmp_path, run_convert):
+  data = _make_data()
+  files = {f"{PY}/{k}": v for k, v in _python_files(data).items()}
+  files.update({f"{BIN}/{k}": v for k, v in _binary_files(data).items()})
+  archive = tmp_path / "both.tar.gz"
+  with tarfile.open(archive, "w:gz") as tf:
+    for name, blob in files.items():
+      info = tarfile.TarInfo(name)
+      info.size = len(blob)
+      tf.addfile(info, io.BytesIO(blob))
+  with pytest.raises(InputError, match="mixes python and binary"):
+    run_convert("cifar10", output_dir=tmp_path / "out", source=archive)
+  _assert_failed_cleanly(tmp_path / "out")
+
+
+def test_bad_label_names(tmp_path, run_convert):
+  files = _binary_files(_make_data())
+  files["batches.meta.txt"] = b"cat\ndog\n"
+  archive = _make_tar(tmp_path / "cifar.tar.gz", BIN, files)
+  with pytest.raises(InputError, match="has 2 names, expected 10"):
+    run_convert("cifar10", output_dir=tmp_path / "out", source=archive)
+  _assert_failed_cleanly(tmp_path / "out")
+
+
+def test_download_without_source(tmp_path, run_convert, monkeypatch):
+  data = _make_data()
+  cached = _make_tar(tmp_path / "cifar-10-python.tar.gz", PY, _python_files(data))
+  calls = []
+
+  def fake_fetch(url, dest_dir, filename, *, md5=None, sha256=None, progress=True):
+    assert progress is False
+    calls.append((url, Path(dest_dir), filename, md5, sha256))
+    return cached
+
+  monkeypatch.setattr(download, "fetch", fake_fetch)
+  info, _, out = run_convert("cifar10", download_dir=tmp_path / "dl", num_shards=1)
+  assert calls == [("https://www.cs.toronto.edu/~kriz/cifar-10-python.tar.gz", tmp_path / "dl",
+                    "cifar-10-python.tar.gz", "c58f30108f718f92721af3b95e74349a", None)]
+  assert info["source"]["kind"] == "download"
+  assert info["source"]["url"] == "https://www.cs.toronto.edu/~kriz/cifar-10-python.tar.gz"
+  assert info["source"]["sha256"] == hashlib.sha256(cached.read_bytes()).hexdigest()
+  _assert_matches(out, data, filenames=True)
+  assert json.loads((out / "dataset_info.json").read_text())["dataset"] == "cifar10"

@@ -1,0 +1,92 @@
+"""The command line contract: spellings, exit codes, one-line errors, stdout vs stderr."""
+
+import json
+
+from conftest import nascli_subprocess
+
+
+def test_help_lists_commands_and_both_option_spellings(cli):
+  code, out, _ = cli("--help")
+  assert code == 0 and "convert-data" in out
+  code, out, _ = cli("convert-data", "--help")
+  assert code == 0
+  assert "--num_shards" in out and "--num-shards" in out
+
+
+def test_underscore_and_dash_spellings_do_the_same(cli, tmp_path):
+  code_a, out_a, _ = cli("convert-data", "digits", "--image_size", "8", "--num_shards", "2",
+                         "--output_dir", tmp_path / "a", "--json")
+  code_b, out_b, _ = cli("convert_data", "digits", "--image-size", "8", "--num-shards", "2",
+                         "--output-dir", tmp_path / "b", "--json")
+  assert code_a == code_b == 0
+  a, b = json.loads(out_a), json.loads(out_b)
+  assert a["splits"] == b["splits"]
+  assert a["splits"]["train"]["shard_records"] == [719, 719]
+  for name in ("train-00000-of-00002.tfrecord", "validation-00001-of-00002.tfrecord"):
+    assert (tmp_path / "a" / name).read_bytes() == (tmp_path / "b" / name).read_bytes()
+
+
+def test_unknown_dataset_is_one_line_listing_known_ones(cli, tmp_path):
+  code, out, err = cli("convert-data", "imagenet21k", "--output_dir", tmp_path / "x")
+  assert code == 1 and out == ""
+  lines = err.strip().splitlines()
+  assert len(lines) == 1
+  assert lines[0].startswith("Error: unknown data set 'imagenet21k'; known: ")
+  for name in ("cifar10", "coco", "digits", "flowers", "imagefolder", "mnist", "shapes"):
+    assert name in lines[0]
+
+
+def test_usage_errors_exit_2(cli):
+  code, _, err = cli("convert-data", "digits", "--no_such_flag")
+  assert code == 2 and "No such option" in err
+  code, _, err = cli("convert-data")
+  assert code == 2 and "NAME" in err
+
+
+def test_output_dir_is_a_file_one_line_exit_1(cli, tmp_path):
+  f = tmp_path / "f"
+  f.write_text("keep me")
+  code, _, err = cli("convert-data", "digits", "--output_dir", f)
+  assert code == 1
+  assert err.strip() == f"Error: output dir {f} is a file"
+  assert f.read_text() == "keep me"
+
+
+def test_verify_reports_truncated_shard_with_record_index(cli, tmp_path):
+  out_dir = tmp_path / "d"
+  assert cli("convert-data", "digits", "--image_size", "8", "--num_shards", "2",
+             "--output_dir", out_dir)[0] == 0
+  code, out, _ = cli("convert-data", "--verify", out_dir, "--json")
+  report = json.loads(out)
+  assert code == 0 and report["ok"]
+  assert [s["found"] for s in report["shards"]] == [719, 719, 180, 179]
+  assert sum(report["label_counts"]["train"].values()) == 1438
+  shard = out_dir / "train-00001-of-00002.tfrecord"
+  data = shard.read_bytes()
+  shard.write_bytes(data[: len(data) // 2])
+  code, out, err = cli("convert-data", "--verify", out_dir)
+  assert code == 1
+  line = err.strip()
+  assert "\n" not in line
+  assert line.startswith(f"Error: shard {shard} is truncated or corrupt at record ")
+  index = int(line.split("at record ")[1].split()[0])
+  assert 300 < index < 400  # about half of 719 records survive the cut
+  assert "PROBLEMS FOUND" in out
+
+
+def test_verify_of_a_folder_without_dataset_info(cli, tmp_path):
+  code, _, err = cli("convert-data", "--verify", tmp_path)
+  assert code == 1
+  assert err.strip() == f"Error: {tmp_path} has no dataset_info.json: not a finished nascli conversion"
+
+
+def test_python_dash_m_is_the_console_script_and_debug_shows_traceback(tmp_path):
+  f = tmp_path / "f"
+  f.write_text("x")
+  plain = nascli_subprocess("convert-data", "digits", "--output_dir", f)
+  assert plain.returncode == 1
+  assert plain.stderr.strip().splitlines() == [f"Error: output dir {f} is a file"]
+  debug = nascli_subprocess("convert-data", "digits", "--output_dir", f, env={"NASCLI_DEBUG": "1"})
+  assert debug.returncode == 1
+  assert "Traceback (most recent call last)" in debug.stderr
+  assert debug.stderr.strip().endswith(f"Error: output dir {f} is a file")
