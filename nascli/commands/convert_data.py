@@ -90,7 +90,7 @@ def convert_data(
     options.download_dir = download_dir
   sharding = ShardingOptions(
       num_shards=num_shards, num_workers=num_workers, drop_remainder=drop_remainder,
-      processes=processes or os.cpu_count() or 1, overwrite=overwrite)
+      processes=processes or len(os.sched_getaffinity(0)), overwrite=overwrite)
   output_dir = output_dir or Path("nascli_data") / name
   info, stats = convert(name, output_dir, options, sharding)
   if as_json:

@@ -40,7 +40,7 @@ class ShardingOptions:
   num_shards: int | None = None
   num_workers: int = 1
   drop_remainder: bool = False
-  processes: int = os.cpu_count() or 1
+  processes: int = len(os.sched_getaffinity(0))
   overwrite: bool = False
 
 
