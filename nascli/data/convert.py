@@ -22,8 +22,10 @@ from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn, 
 
 import nascli
 from nascli.data import parallel, sharding, tfexample
-from nascli.data.source import (CLASSIFICATION, ConvertOptions, Source, source_for)
-from nascli.errors import InputError, OutputError
+from nascli.data.parallel import Workers
+from nascli.data.source import CLASSIFICATION, ConvertOptions, CorruptItemError, Source, source_for
+from nascli.data.tfrecord_io import TFRecordFileWriter
+from nascli.errors import OutputError
 
 INFO_FILE = "dataset_info.json"
 LABELS_FILE = "labels.txt"
@@ -31,6 +33,10 @@ STATE_FILE = ".nascli-convert-state.json"
 WORK_DIR = ".nascli-work"
 FORMAT_VERSION = 1
 CHUNK_SIZE = 32
+CHECK_CHUNK_SIZE = 128
+# Below this many (estimated) bytes of output a conversion runs in one process: forking a pool
+# costs more than it saves.
+SMALL_JOB_BYTES = 4 * 1024 * 1024
 
 stderr = Console(stderr=True)
 
@@ -102,26 +108,38 @@ class Converter:
 
   # ----- planning
 
-  def _check_items(self, sizes: dict[str, int], run) -> None:
-    """Decodes every item once before planning, so corrupt ones cannot unbalance the shards."""
+  def _check_items(self, sizes: dict[str, int]) -> None:
+    """Decodes every item once before planning, so corrupt ones cannot unbalance the shards.
+
+    What check() returns is kept on the source, so the writing workers (forked afterwards) do not
+    decode the items a second time.
+    """
     total = sum(sizes.values())
-    with _progress() as progress:
-      task = progress.add_task("checking", total=total, rate="")
+    with _progress() as progress, Workers(self.source, self._processes(), self.output_dir) as w:
+      bar = progress.add_task("checking", total=total, rate="")
       start = time.monotonic()
+      tick = lambda: progress.update(  # noqa: E731
+          bar, completed=w.done, rate=f"{w.done / max(time.monotonic() - start, 1e-9):.0f}")
       for split, n in sizes.items():
-        for results in run(parallel.check_chunk, parallel.chunks(split, range(n), CHUNK_SIZE * 4)):
-          for index, reason in results:
-            if reason is not None:
-              name = self.source.item_name(split, index)
-              if not self.source.options.skip_corrupt:
-                raise InputError(f"corrupt image {name}: {reason} (pass --skip_corrupt to skip it)")
-              self.skipped[split].append({"item": name, "index": index, "reason": reason})
-          done = progress.tasks[task].completed + len(results)
-          progress.update(task, completed=done,
-                          rate=f"{done / max(time.monotonic() - start, 1e-9):.0f}")
+        kept = self.source.checked.setdefault(split, {})
+        tasks = parallel.chunks(split, range(n), CHECK_CHUNK_SIZE)
+        for results in w.imap(parallel.check_chunk, tasks, tick):
+          for index, reason, probe in results:
+            if reason is None:
+              kept[index] = probe
+              continue
+            name = self.source.item_name(split, index)
+            if not self.source.options.skip_corrupt:
+              raise CorruptItemError(name, reason)
+            self.skipped[split].append({"item": name, "index": index, "reason": reason})
     for split, items in self.skipped.items():
       stderr.print(f"skipped {len(items)} corrupt image(s) in {split}: "
                    + ", ".join(i["item"] for i in items[:5]) + (" ..." if len(items) > 5 else ""))
+
+  def _processes(self) -> int:
+    """Worker count: one process for jobs too small to repay forking a pool."""
+    total = sum(self.source.estimated_bytes(s) for s in self.source.split_sizes())
+    return 1 if total < SMALL_JOB_BYTES else self.opts.processes
 
   def _plans(self, sizes: dict[str, int]) -> dict[str, sharding.ShardPlan]:
     plans = {}
@@ -195,8 +213,8 @@ class Converter:
         return state
     return {"fingerprint": fingerprint, "completed": {}}
 
-  def _write_shards(self, plans: dict[str, sharding.ShardPlan], run, state: dict) -> dict:
-    """Writes every shard not already complete; returns per-split statistics of all records."""
+  def _write_shards(self, plans: dict[str, sharding.ShardPlan], state: dict) -> dict:
+    """Writes every shard not already complete; returns the completed shards' entries."""
     completed = state["completed"]
     # Shards finished by an earlier, killed run are kept when their bytes still match.
     for name, entry in list(completed.items()):
@@ -215,37 +233,40 @@ class Converter:
     resumed = sum(len(p.shards) for p in plans.values()) - len(todo)
     if resumed:
       stderr.print(f"resuming: {resumed} shard(s) already complete, {len(todo)} to write")
-
-    def tasks() -> Iterator[tuple[str, tuple[int, ...]]]:
-      for split, _, items in todo:
-        yield from parallel.chunks(split, items, CHUNK_SIZE)
-
-    results = run(parallel.encode_chunk, tasks())
+    processes = self._processes()
+    # Whole shards per worker unless that would leave workers idle at the end.
+    whole_shards = processes == 1 or len(todo) % processes == 0 or len(todo) >= 4 * processes
     start = time.monotonic()
-    written = 0
-    with _progress() as progress:
+    with _progress() as progress, Workers(self.source, processes, self.output_dir) as w:
       bar = progress.add_task("writing", total=total, rate="")
-      for split, name, items in todo:
-        final = self.output_dir / name
-        tmp = self.output_dir / f".{name}.tmp"
-        metas = []
-        with tf_writer(tmp) as writer:
-          while len(metas) < len(items):
-            for data, meta in next(results):
-              writer.write(data)
-              metas.append(meta)
-            written_now = written + len(metas)
-            progress.update(bar, completed=written_now,
-                            rate=f"{written_now / max(time.monotonic() - start, 1e-9):.0f}")
-        _fsync(tmp)
-        os.replace(tmp, final)
-        written += len(metas)
-        completed[name] = {"split": split, "num_records": len(metas), "sha256": file_sha256(final),
-                           "bytes": final.stat().st_size, "summary": _summarize(metas)}
+      tick = lambda: progress.update(  # noqa: E731
+          bar, completed=w.done, rate=f"{w.done / max(time.monotonic() - start, 1e-9):.0f}")
+      shards = (w.imap(parallel.write_shard, todo, tick) if whole_shards
+                else self._write_from_chunks(w, todo, tick))
+      for shard in shards:
+        final = self.output_dir / shard.name
+        os.replace(self.output_dir / parallel.temp_name(shard.name), final)
+        completed[shard.name] = {"split": shard.name.rsplit("-", 3)[0],
+                                 "num_records": len(shard.metas), "sha256": shard.sha256,
+                                 "bytes": shard.size, "summary": _summarize(shard.metas)}
         atomic_write_text(self.output_dir / STATE_FILE, _canonical(state))
     self.elapsed = time.monotonic() - start
-    self.written = written
+    self.written = total
     return completed
+
+  def _write_from_chunks(self, w: Workers, todo: list, tick) -> Iterator[parallel.WrittenShard]:
+    """Workers encode runs of items, this process writes them: for fewer shards than workers."""
+    tasks = (chunk for split, _, items in todo
+             for chunk in parallel.chunks(split, items, CHUNK_SIZE))
+    results = w.imap(parallel.encode_chunk, tasks, tick)
+    for _, name, items in todo:
+      metas = []
+      with TFRecordFileWriter(self.output_dir / parallel.temp_name(name)) as writer:
+        while len(metas) < len(items):
+          for data, meta in next(results):
+            writer.write(data)
+            metas.append(meta)
+      yield parallel.WrittenShard(name, writer.sha256, writer.size, metas)
 
   def run(self) -> dict:
     source = self.source
@@ -263,11 +284,10 @@ class Converter:
       return existing
     state = self._load_state(fingerprint)
     atomic_write_text(self.output_dir / STATE_FILE, _canonical(state))
-    with parallel.mapper(source, self.opts.processes) as run:
-      if source.needs_check:
-        self._check_items(sizes, run)
-      plans = self._plans(sizes)
-      completed = self._write_shards(plans, run, state)
+    if source.needs_check:
+      self._check_items(sizes)
+    plans = self._plans(sizes)
+    completed = self._write_shards(plans, state)
     info = self._info(fingerprint, plans, completed)
     atomic_write_text(self.output_dir / LABELS_FILE, _labels_text(source))
     atomic_write_text(self.output_dir / INFO_FILE, json.dumps(info, indent=2, sort_keys=False))
@@ -310,28 +330,6 @@ class Converter:
                              else tfexample.DETECTION_KEYS),
         "splits": splits,
     }
-
-
-class tf_writer:  # pylint: disable=invalid-name
-  """A TFRecordWriter that closes on error too, so a temporary never stays open."""
-
-  def __init__(self, path: Path):
-    import tensorflow as tf  # pylint: disable=g-import-not-at-top
-    self._writer = tf.io.TFRecordWriter(str(path))
-
-  def __enter__(self):
-    return self._writer
-
-  def __exit__(self, *exc):
-    self._writer.close()
-
-
-def _fsync(path: Path) -> None:
-  fd = os.open(path, os.O_RDONLY)
-  try:
-    os.fsync(fd)
-  finally:
-    os.close(fd)
 
 
 def _summarize(metas: list[dict]) -> dict:

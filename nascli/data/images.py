@@ -9,14 +9,17 @@ import numpy as np
 from PIL import Image
 
 # Formats stored as they are; everything else is re-encoded to PNG (Model Garden decodes both).
-KEPT_FORMATS = {"JPEG": "jpeg", "PNG": "png"}
+# MPO (multi-picture JPEG, common from phone cameras) starts with an ordinary JPEG that every JPEG
+# decoder reads, so re-encoding it would only bloat it.
+KEPT_FORMATS = {"JPEG": "jpeg", "PNG": "png", "MPO": "jpeg"}
 
 
 def encode_png(image: np.ndarray) -> bytes:
   """Lossless PNG of an [H,W], [H,W,1] or [H,W,3] RGB uint8 array."""
-  image = np.ascontiguousarray(image, dtype=np.uint8)
+  image = np.asarray(image, dtype=np.uint8)
   if image.ndim == 3 and image.shape[2] == 3:
-    image = image[:, :, ::-1]  # OpenCV writes BGR order.
+    # OpenCV writes BGR order; cvtColor is much faster than encoding a reversed view.
+    image = cv2.cvtColor(image, cv2.COLOR_RGB2BGR)
   elif image.ndim == 3 and image.shape[2] == 1:
     image = image[:, :, 0]
   ok, buf = cv2.imencode(".png", image)
@@ -46,9 +49,13 @@ def probe(data: bytes) -> ImageProbe:
     raise ValueError(str(e).splitlines()[0] if str(e) else type(e).__name__) from None
 
 
-def to_storable(data: bytes) -> tuple[bytes, str, ImageProbe]:
-  """Image bytes as stored in a record: JPEG/PNG as they are, other formats as RGB PNG."""
-  info = probe(data)
+def to_storable(data: bytes, checked: ImageProbe | None = None) -> tuple[bytes, str, ImageProbe]:
+  """Image bytes as stored in a record: JPEG/PNG as they are, other formats as RGB PNG.
+
+  `checked` is the probe of an earlier check pass over the same bytes: kept formats then need no
+  second decode.
+  """
+  info = checked or probe(data)
   if info.format in KEPT_FORMATS:
     return data, KEPT_FORMATS[info.format], info
   with Image.open(io.BytesIO(data)) as im:

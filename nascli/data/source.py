@@ -105,6 +105,8 @@ class Source(abc.ABC):
 
   def __init__(self, options: ConvertOptions):
     self.options = options
+    # Filled by the engine after the check pass, before the writing workers are forked.
+    self.checked: dict[str, dict[int, Any]] = {}
 
   @abc.abstractmethod
   def prepare(self) -> None:
@@ -130,8 +132,16 @@ class Source(abc.ABC):
     """A human name for an item in messages and reports (a file path where there is one)."""
     return f"{split}[{index}]"
 
-  def check(self, split: str, index: int) -> None:
-    """Raises CorruptItemError when the item cannot be decoded (runs in worker processes)."""
+  def check(self, split: str, index: int) -> Any:
+    """Raises CorruptItemError when the item cannot be decoded (runs in worker processes).
+
+    What it returns (e.g. the image's size and format) is kept by the engine and handed back to
+    `record()` through `checked_probe()`, so an item is decoded once, not twice.
+    """
+
+  def checked_probe(self, split: str, index: int) -> Any:
+    """What `check()` returned for this item in the check pass, or None."""
+    return self.checked.get(split, {}).get(index)
 
   def estimated_bytes(self, split: str) -> int:
     """Rough encoded size of a split, used to pick a default shard count."""

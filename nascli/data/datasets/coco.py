@@ -312,16 +312,17 @@ class CocoSource(Source):
     except OSError as e:
       raise CorruptItemError(str(path), f"cannot read: {e.strerror or e}") from None
 
-  def check(self, split: str, index: int) -> None:
+  def check(self, split: str, index: int) -> images.ImageProbe:
     try:
-      images.probe(self._read(split, index))
+      return images.probe(self._read(split, index))
     except ValueError as e:
       raise CorruptItemError(self.item_name(split, index), str(e)) from None
 
   def record(self, split: str, index: int) -> Record:
     image = self._splits[split].images[index]
     try:
-      encoded, fmt, probe = images.to_storable(self._read(split, index))
+      encoded, fmt, probe = images.to_storable(self._read(split, index),
+                                               self.checked_probe(split, index))
     except ValueError as e:
       raise CorruptItemError(str(image.path), str(e)) from None
     # Boxes are normalized by the decoded size, which is what the decoder will see.

@@ -65,8 +65,7 @@ class DigitsSource(Source):
     """The image as stored: upscaled, [H,W,channels] uint8."""
     image = cv2.resize(self._pixels[self._splits[split][index]],
                        (self.image_size, self.image_size), interpolation=cv2.INTER_LINEAR)
-    image = image[:, :, None]
-    return np.repeat(image, 3, axis=2) if self.channels == 3 else image
+    return cv2.cvtColor(image, cv2.COLOR_GRAY2RGB) if self.channels == 3 else image[:, :, None]
 
   def record(self, split: str, index: int) -> Record:
     original = self._splits[split][index]

@@ -21,9 +21,6 @@ from nascli.errors import InputError, NascliError
 
 IMAGE_EXTENSIONS = frozenset({".jpg", ".jpeg", ".png", ".bmp", ".gif", ".tif", ".tiff", ".webp"})
 DEFAULT_VALIDATION_FRACTION = 0.1
-# Formats whose bytes are stored unchanged. MPO (multi-picture JPEG, common from phone cameras)
-# starts with an ordinary JPEG that every JPEG decoder reads, so re-encoding it would only bloat it.
-_KEPT_FORMATS = {**images.KEPT_FORMATS, "MPO": "jpeg"}
 _LABEL_ID = re.compile(r"^\s*(\d+)\s*$", re.ASCII)
 _MAX_EXAMPLES = 5
 
@@ -285,10 +282,10 @@ class ImageFolderSource(Source):
     except OSError as e:
       raise CorruptItemError(item.rel, f"cannot read: {e.strerror or e}") from None
 
-  def check(self, split: str, index: int) -> None:
+  def check(self, split: str, index: int) -> images.ImageProbe:
     item = self._splits[split][index]
     try:
-      images.probe(self._read(item))
+      return images.probe(self._read(item))
     except ValueError as e:
       raise CorruptItemError(item.rel, str(e)) from None
 
@@ -296,11 +293,7 @@ class ImageFolderSource(Source):
     item = self._splits[split][index]
     data = self._read(item)
     try:
-      info = images.probe(data)
-      if info.format in _KEPT_FORMATS:
-        encoded, fmt = data, _KEPT_FORMATS[info.format]
-      else:
-        encoded, fmt, info = images.to_storable(data)
+      encoded, fmt, info = images.to_storable(data, self.checked_probe(split, index))
     except ValueError as e:
       raise CorruptItemError(item.rel, str(e)) from None
     return Record(encoded=encoded, format=fmt, height=info.height, width=info.width,
