@@ -29,8 +29,10 @@ def add_command(fn: Callable, name: str) -> None:
 
 def _register_commands() -> None:
   # pylint: disable=g-import-not-at-top
-  from nascli.commands import convert_data
+  from nascli.commands import convert_data, eval as eval_command, train
   add_command(convert_data.convert_data, "convert-data")
+  add_command(train.train, "train")
+  add_command(eval_command.evaluate, "eval")
 
 
 _register_commands()
@@ -40,9 +42,21 @@ def _one_line(message: str) -> str:
   return " ".join(str(message).split())
 
 
+def _quiet_libraries() -> None:
+  """TensorFlow and Model Garden log at INFO by default; nascli reports progress itself."""
+  os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+  import logging  # pylint: disable=g-import-not-at-top
+  logging.getLogger("tensorflow").setLevel(logging.ERROR)
+  try:
+    from absl import logging as absl_logging  # pylint: disable=g-import-not-at-top
+    absl_logging.set_verbosity(absl_logging.WARNING)
+  except ImportError:
+    pass
+
+
 def main(argv: list[str] | None = None) -> int:
   """Entry point of the console script and `python -m nascli`; returns the exit code."""
-  os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+  _quiet_libraries()
   debug = os.environ.get("NASCLI_DEBUG") == "1"
   try:
     # Standalone mode lets Typer print usage errors itself (exit code 2); what it does not handle

@@ -1,0 +1,45 @@
+"""`nascli eval`: evaluate a checkpoint (top-1/top-5, or COCO AP) and print THOR's result line."""
+
+import json
+from typing import Annotated, Optional
+
+import typer
+
+from nascli.commands.options import flag
+
+
+def evaluate(
+    model_dir: Annotated[Optional[str], typer.Option(
+        *flag("model_dir"), help="A model dir written by `nascli train`.")] = None,
+    checkpoint_path: Annotated[Optional[str], typer.Option(
+        *flag("checkpoint_path"), help="A checkpoint prefix (default: the latest in"
+        " --model_dir).")] = None,
+    experiment: Annotated[Optional[str], typer.Option(
+        *flag("experiment"), help="Only for model dirs not written by nascli.")] = None,
+    validation_data_path: Annotated[Optional[str], typer.Option(
+        *flag("validation_data_path"), help="TFRecord glob(s) (default: the run's validation"
+        " data).")] = None,
+    dataset_dir: Annotated[Optional[str], typer.Option(
+        *flag("dataset_dir"), help="A convert-data folder whose validation split to use.")]
+    = None,
+    params_override: Annotated[Optional[str], typer.Option(
+        *flag("params_override"), help="YAML file, YAML/JSON string or a.b=c.")] = None,
+    steps: Annotated[int, typer.Option(
+        *flag("steps"), help="Validation batches (-1: all).")] = -1,
+    output: Annotated[Optional[str], typer.Option(
+        *flag("output"), help="Metrics JSON (default: MODEL_DIR/eval_metrics.json).")] = None,
+    verbose: Annotated[bool, typer.Option(
+        *flag("verbose"), help="Show Model Garden's own progress output on stderr.")] = False,
+    as_json: Annotated[bool, typer.Option(*flag("json"), help="Print only the JSON.")]
+    = False,
+) -> None:
+  """Evaluate the latest (or a given) checkpoint on the validation data."""
+  from nascli import evaluation  # pylint: disable=g-import-not-at-top
+  result = evaluation.evaluate(evaluation.EvalArgs(
+      model_dir=model_dir, checkpoint_path=checkpoint_path, experiment=experiment,
+      validation_data_path=validation_data_path, dataset_dir=dataset_dir,
+      params_override=params_override, steps=steps, output=output, verbose=verbose))
+  if as_json:
+    print(json.dumps(result, indent=2))
+  else:
+    print(evaluation.result_line(result))

@@ -1,0 +1,87 @@
+"""`nascli train`: train a Model Garden model (classification or RetinaNet) on TFRecords."""
+
+import json
+import sys
+from pathlib import Path
+from typing import Annotated, Any, Optional
+
+import typer
+from rich.console import Console
+
+from nascli.commands.fastnn_options import with_fastnn_options
+from nascli.commands.options import flag
+
+stderr = Console(stderr=True)
+
+
+def _train(
+    model: Annotated[str, typer.Option(
+        *flag("model"), help="Task when --experiment is not given: classification or"
+        " retinanet.")] = "classification",
+    experiment: Annotated[Optional[str], typer.Option(
+        *flag("experiment"), help="Any registered Model Garden experiment (default:"
+        " nascli_classification / nascli_retinanet).")] = None,
+    config_file: Annotated[Optional[list[str]], typer.Option(
+        *flag("config_file"), help="YAML overriding the experiment; repeatable, applied in"
+        " order.")] = None,
+    params_override: Annotated[Optional[str], typer.Option(
+        *flag("params_override"), help="YAML file, YAML/JSON string, or a.b=c,d=e; applied"
+        " after --config_file.")] = None,
+    hparams_file: Annotated[Optional[str], typer.Option(
+        *flag("hparams_file"), help="FastNN key=value file; applied last (options win over"
+        " it).")] = None,
+    training_data_path: Annotated[Optional[str], typer.Option(
+        *flag("training_data_path"), help="TFRecord glob(s), comma separated.")] = None,
+    validation_data_path: Annotated[Optional[str], typer.Option(
+        *flag("validation_data_path"), help="TFRecord glob(s), comma separated.")] = None,
+    dataset_name: Annotated[Optional[str], typer.Option(
+        *flag("dataset_name"), help="FastNN: the data set convert-data wrote in"
+        " --dataset_dir.")] = None,
+    dataset_dir: Annotated[Optional[str], typer.Option(
+        *flag("dataset_dir"), help="A folder written by `nascli convert-data`.")] = None,
+    train_files: Annotated[Optional[str], typer.Option(
+        *flag("train_files"), help="FastNN: comma list of training files in"
+        " --dataset_dir.")] = None,
+    model_dir: Annotated[Optional[str], typer.Option(
+        *flag("model_dir"), help="Checkpoints, summaries, params.yaml, log (default:"
+        " nascli_output/train).")] = None,
+    strategy: Annotated[Optional[str], typer.Option(
+        *flag("strategy"), help="one_device, mirrored or multi_worker_mirrored (TF_CONFIG).")]
+    = None,
+    num_gpus: Annotated[Optional[int], typer.Option(
+        *flag("num_gpus"), help="Replicas for mirrored (on a CPU-only machine: logical CPU"
+        " devices).")] = None,
+    mode: Annotated[str, typer.Option(
+        *flag("mode"), help="train, train_and_eval or train_and_post_eval.")]
+    = "train_and_post_eval",
+    keep_checkpoint_max: Annotated[Optional[int], typer.Option(
+        *flag("keep_checkpoint_max"), help="Checkpoints kept.")] = None,
+    list_experiments: Annotated[bool, typer.Option(
+        *flag("list_experiments"), help="List registered experiments and exit.")] = False,
+    as_json: Annotated[bool, typer.Option(*flag("json"), help="Print the result as JSON.")]
+    = False,
+    fastnn: dict[str, Any] | None = None,
+) -> None:
+  """Train a model; resumes from the latest checkpoint in --model_dir."""
+  # pylint: disable=g-import-not-at-top
+  from nascli import training
+  if list_experiments:
+    for name in training.experiment_names():
+      print(name)
+    return
+  result = training.train(training.TrainArgs(
+      model=model, experiment=experiment, config_files=config_file or [],
+      params_override=params_override, hparams_file=hparams_file,
+      training_data_path=training_data_path, validation_data_path=validation_data_path,
+      dataset_name=dataset_name, dataset_dir=dataset_dir, train_files=train_files,
+      model_dir=model_dir, strategy=strategy, num_gpus=num_gpus, mode=mode,
+      keep_checkpoint_max=keep_checkpoint_max, fastnn=fastnn or {}))
+  if as_json:
+    print(json.dumps(result, indent=2))
+    return
+  metrics = ", ".join(f"{k}={v:.4f}" for k, v in sorted(result["eval_metrics"].items()))
+  print(f"trained {result['experiment']} to step {result['step']} in {result['model_dir']}"
+        + (f": {metrics}" if metrics else ""))
+
+
+train = with_fastnn_options(_train)

@@ -1,0 +1,83 @@
+"""The engine behind `nascli eval`: a checkpoint's metrics on validation data."""
+
+import contextlib
+import dataclasses
+import os
+import sys
+
+from rich.console import Console
+
+from nascli.errors import NascliError
+
+stderr = Console(stderr=True)
+# How the THOR result line names each metric of Model Garden's tasks.
+RESULT_KEYS = {"top_5_accuracy": "top_5_accuracy", "accuracy": "top_1_accuracy",
+               "AP": "AP", "AP50": "AP50", "AP75": "AP75"}
+
+
+@dataclasses.dataclass
+class EvalArgs:
+  model_dir: str | None = None
+  checkpoint_path: str | None = None
+  experiment: str | None = None
+  validation_data_path: str | None = None
+  dataset_dir: str | None = None
+  params_override: str | None = None
+  steps: int = -1
+  output: str | None = None
+  verbose: bool = False
+
+
+def result_line(result: dict) -> str:
+  """`result: {'top_5_accuracy': ..., 'top_1_accuracy': ...} ckpt=...` as THOR's eval prints."""
+  shown = {RESULT_KEYS[k]: result["metrics"][k] for k in RESULT_KEYS if k in result["metrics"]}
+  return f"result: {shown} ckpt={result['checkpoint']}"
+
+
+def _validation_path(args: EvalArgs) -> str | None:
+  if args.validation_data_path:
+    return args.validation_data_path
+  if args.dataset_dir:
+    from tf_vision import params as params_lib  # pylint: disable=g-import-not-at-top
+    _, val, _ = params_lib._resolve_data(  # pylint: disable=protected-access
+        params_lib.DataSpec(dataset_dir=args.dataset_dir))
+    if not val:
+      raise NascliError(f"--dataset_dir {args.dataset_dir} has no validation split")
+    return val
+  return None
+
+
+def evaluate(args: EvalArgs) -> dict:
+  # pylint: disable=g-import-not-at-top
+  from tf_vision import distribute, eval_lib, model_dir as model_dir_lib, params as params_lib
+  from tf_vision.evaluation import coco_groundtruth
+  model_dir = args.model_dir or (os.path.dirname(args.checkpoint_path)
+                                 if args.checkpoint_path else None)
+  if not model_dir:
+    raise NascliError("give --model_dir (or --checkpoint_path inside a model dir)")
+  params = model_dir_lib.load_params(model_dir, args.experiment)
+  checkpoint = eval_lib.resolve_checkpoint(model_dir, args.checkpoint_path)
+  override: dict = {"runtime": {"distribution_strategy": "one_device"}}
+  val = _validation_path(args)
+  if val:
+    params_lib._check_pattern(val, "--validation_data_path")  # pylint: disable=protected-access
+    override["task"] = {"validation_data": {"input_path": val}}
+  params_lib.apply_override(params, override, "the eval options")
+  if args.params_override:
+    params_lib.apply_override(
+        params, params_lib.load_yaml_source(args.params_override, "--params_override"),
+        "--params_override")
+  if hasattr(params.task, "annotation_file") and (val or not params.task.annotation_file or
+                                                  not os.path.exists(params.task.annotation_file)):
+    gt = coco_groundtruth.write(params.task.validation_data.input_path,
+                                os.path.join(model_dir, "eval_annotations.json"))
+    params.task.annotation_file = gt
+  strategy = distribute.build_strategy("one_device")
+  sink = contextlib.nullcontext() if args.verbose else contextlib.redirect_stdout(
+      open(os.devnull, "w", encoding="utf-8"))  # pylint: disable=consider-using-with
+  with sink:
+    result = eval_lib.evaluate(params, checkpoint, strategy, steps=args.steps)
+  output = args.output or os.path.join(model_dir, eval_lib.METRICS_FILE)
+  eval_lib.write_metrics(output, result)
+  result["metrics_file"] = output
+  return result

@@ -1,0 +1,158 @@
+"""The engine behind `nascli train`: from command-line arguments to a finished run."""
+
+import contextlib
+import dataclasses
+import os
+import sys
+import time
+from typing import Any
+
+from rich.console import Console
+from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
+
+from nascli.errors import NascliError
+
+stderr = Console(stderr=True)
+DEFAULT_MODEL_DIR = os.path.join("nascli_output", "train")
+# FastNN keys that choose data and directories: an hparams file may set them instead of options.
+_DATA_KEYS = ("dataset_name", "dataset_dir", "train_files")
+
+
+@dataclasses.dataclass
+class TrainArgs:
+  model: str = "classification"
+  experiment: str | None = None
+  config_files: list[str] = dataclasses.field(default_factory=list)
+  params_override: str | None = None
+  hparams_file: str | None = None
+  training_data_path: str | None = None
+  validation_data_path: str | None = None
+  dataset_name: str | None = None
+  dataset_dir: str | None = None
+  train_files: str | None = None
+  model_dir: str | None = None
+  strategy: str | None = None
+  num_gpus: int | None = None
+  mode: str = "train_and_post_eval"
+  keep_checkpoint_max: int | None = None
+  fastnn: dict[str, Any] = dataclasses.field(default_factory=dict)
+
+
+MODES = ("train", "train_and_eval", "train_and_post_eval")
+
+
+def experiment_names() -> list[str]:
+  from official.core import exp_factory  # pylint: disable=g-import-not-at-top
+  from tf_vision import registry_imports  # noqa: F401  pylint: disable=g-import-not-at-top,unused-import
+  return sorted(exp_factory._REGISTERED_CONFIGS)  # pylint: disable=protected-access
+
+
+def _has_gpu() -> bool:
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  return bool(tf.config.list_physical_devices("GPU"))
+
+
+def plan(args: TrainArgs):
+  """The run plan (final locked config, steps per epoch, notes) for these arguments."""
+  # pylint: disable=g-import-not-at-top
+  from tf_vision import params as params_lib
+  from tf_vision.configs import fastnn
+  if args.mode not in MODES:
+    raise NascliError(f"unknown --mode {args.mode!r}; known: {', '.join(MODES)}")
+  file_hparams = fastnn.parse_hparams_file(args.hparams_file) if args.hparams_file else {}
+  data = params_lib.DataSpec(
+      training_data_path=args.training_data_path,
+      validation_data_path=args.validation_data_path,
+      dataset_name=args.dataset_name or file_hparams.get("dataset_name"),
+      dataset_dir=args.dataset_dir or file_hparams.get("dataset_dir"),
+      train_files=args.train_files or file_hparams.get("train_files"))
+  if data.dataset_name == "mock":  # FastNN's default: no data set named.
+    data.dataset_name = None
+  if args.training_data_path or args.validation_data_path:
+    data.dataset_name = args.dataset_name
+    data.dataset_dir = args.dataset_dir
+  options = {}
+  if args.keep_checkpoint_max is not None:
+    options = {"trainer": {"max_to_keep": args.keep_checkpoint_max}}
+  spec = params_lib.RunSpec(
+      model=args.model, experiment=args.experiment, config_files=args.config_files,
+      params_override=args.params_override, hparams_file=args.hparams_file, options=options,
+      hparams={k: v for k, v in args.fastnn.items()}, data=data,
+      strategy=args.strategy, num_gpus=args.num_gpus, has_gpu=_has_gpu())
+  return params_lib.build(spec)
+
+
+class _Display:
+  """A Rich progress bar on a terminal; the THOR log line on stderr either way."""
+
+  def __init__(self, total: int, start: int):
+    self.progress = Progress(
+        TextColumn("[bold]train"), BarColumn(), TextColumn("step {task.completed}/{task.total}"),
+        TextColumn("loss {task.fields[loss]}"), TextColumn("{task.fields[sps]} steps/s"),
+        TextColumn("{task.fields[ips]} img/s"), TextColumn("ETA"), TimeRemainingColumn(),
+        console=stderr, disable=not stderr.is_terminal)
+    self.task = self.progress.add_task("train", total=total, completed=start, loss="-",
+                                       sps="-", ips="-")
+
+  def __enter__(self):
+    self.progress.__enter__()
+    return self
+
+  def __exit__(self, *exc):
+    self.progress.__exit__(*exc)
+
+  def on_loop(self, report) -> None:
+    if self.progress.disable:
+      print(report.line, file=sys.stderr, flush=True)
+    else:
+      self.progress.console.print(report.line)
+    self.progress.update(self.task, completed=report.step, loss=f"{report.loss:.4f}",
+                         sps=f"{report.steps_per_second:.1f}",
+                         ips=f"{report.images_per_second:.0f}")
+
+
+def train(args: TrainArgs) -> dict:
+  """Trains as the arguments say; returns the run's result for stdout."""
+  run_plan = plan(args)
+  # pylint: disable=g-import-not-at-top
+  import tensorflow as tf
+  from official.modeling import performance
+  from tf_vision import distribute, model_dir as model_dir_lib, train_lib
+  from tf_vision.evaluation import coco_groundtruth
+  params = run_plan.params
+  for note in run_plan.notes:
+    stderr.print(f"note: {note}")
+  model_dir = args.model_dir or DEFAULT_MODEL_DIR
+  if os.path.exists(model_dir) and not os.path.isdir(model_dir):
+    raise NascliError(f"--model_dir {model_dir} is a file")
+  previous = model_dir_lib.read_run_info(model_dir)
+  if previous.get("experiment") and previous["experiment"] != run_plan.experiment:
+    raise NascliError(f"--model_dir {model_dir} holds a run of experiment"
+                      f" {previous['experiment']!r}, not {run_plan.experiment!r}; use another"
+                      " --model_dir")
+  strategy = distribute.build_strategy(params.runtime.distribution_strategy,
+                                       params.runtime.num_gpus)
+  performance.set_mixed_precision_policy(params.runtime.mixed_precision_dtype)
+  tf.io.gfile.makedirs(model_dir)
+  if getattr(params.task, "annotation_file", "unset") is None and args.mode != "train":
+    # COCO metrics need ground truth; see tf_vision/evaluation/coco_groundtruth.py for why a file.
+    names = None
+    if run_plan.dataset_info:
+      names = {c["id"]: c["name"] for c in run_plan.dataset_info["classes"]}
+    gt = coco_groundtruth.write(params.task.validation_data.input_path,
+                                os.path.join(model_dir, "validation_annotations.json"), names)
+    params = params.replace(task={"annotation_file": gt})
+    params.lock()
+  model_dir_lib.write_run_info(model_dir, {"experiment": run_plan.experiment,
+                                           "steps_per_epoch": run_plan.steps_per_epoch,
+                                           "argv": sys.argv[1:]})
+  start = time.monotonic()
+  # Orbit prints its own progress with print(): keep stdout for nascli's result.
+  with contextlib.redirect_stdout(sys.stderr), _Display(params.trainer.train_steps, 0) as display:
+    result = train_lib.run(
+        params, model_dir, strategy, mode=args.mode, steps_per_epoch=run_plan.steps_per_epoch,
+        on_loop=display.on_loop,
+        on_resume=lambda step: stderr.print(f"resuming from the checkpoint at step {step}"))
+  result.update({"experiment": run_plan.experiment, "model_dir": model_dir,
+                 "wall_seconds": round(time.monotonic() - start, 3)})
+  return result

@@ -1,0 +1,63 @@
+"""Evaluates a checkpoint with Model Garden's task metrics (top-1/top-5, or COCO AP)."""
+
+import json
+import os
+
+import tensorflow as tf
+
+from nascli.errors import NascliError
+from official.core import base_trainer, config_definitions as cfg, task_factory
+from tf_vision import registry_imports  # noqa: F401  pylint: disable=unused-import
+
+METRICS_FILE = "eval_metrics.json"
+
+
+def resolve_checkpoint(model_dir: str | None, checkpoint: str | None) -> str:
+  """A checkpoint prefix: the given one (file prefix or folder), or the latest in model_dir."""
+  target = checkpoint or model_dir
+  if not target:
+    raise NascliError("give --model_dir or --checkpoint_path")
+  if tf.io.gfile.isdir(target):
+    latest = tf.train.latest_checkpoint(target)
+    if latest is None:
+      raise NascliError(f"no checkpoint in {target}")
+    return latest
+  if not tf.io.gfile.exists(target + ".index"):
+    raise NascliError(f"checkpoint {target} does not exist (no {target}.index)")
+  return target
+
+
+def _value(v):
+  v = v.numpy() if hasattr(v, "numpy") else v
+  try:
+    return float(v)
+  except (TypeError, ValueError):
+    return None
+
+
+def evaluate(params: cfg.ExperimentConfig, checkpoint: str, strategy: tf.distribute.Strategy,
+             steps: int = -1) -> dict:
+  """Metrics of `checkpoint` on params.task.validation_data (all of it when steps is -1)."""
+  with strategy.scope():
+    task = task_factory.get_task(params.task)
+    model = task.build_model()
+    optimizer = task.create_optimizer(params.trainer.optimizer_config, params.runtime)
+    trainer = base_trainer.Trainer(params, task, model=model, optimizer=optimizer, train=False,
+                                   evaluate=True)
+  status = trainer.checkpoint.read(checkpoint)
+  status.expect_partial()
+  try:
+    status.assert_existing_objects_matched()
+  except AssertionError as e:
+    raise NascliError(f"checkpoint {checkpoint} does not match the model in params.yaml:"
+                      f" {' '.join(str(e).split())[:160]}") from None
+  logs = trainer.evaluate(tf.convert_to_tensor(steps, dtype=tf.int32))
+  metrics = {k: _value(v) for k, v in logs.items() if _value(v) is not None}
+  return {"checkpoint": checkpoint, "step": int(trainer.global_step.numpy()), "metrics": metrics}
+
+
+def write_metrics(path: str, result: dict) -> None:
+  tmp = path + ".tmp"
+  with open(tmp, "w", encoding="utf-8") as f:
+    json.dump(result, f, indent=2)
+  os.replace(tmp, path)

@@ -1,0 +1,1 @@
+"""Evaluation helpers Model Garden lacks."""

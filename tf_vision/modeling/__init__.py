@@ -1,0 +1,1 @@
+"""Models of the TF-vision trainer: backbones registered in Model Garden's backbone factory."""

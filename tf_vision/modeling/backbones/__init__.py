@@ -1,0 +1,3 @@
+"""Our backbones; importing this package registers them in Model Garden's backbone factory."""
+
+from tf_vision.modeling.backbones.mnasnet import MnasNet

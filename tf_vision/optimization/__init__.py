@@ -1,0 +1,5 @@
+"""nascli's optimizers and learning-rate schedules; importing this registers them in MG."""
+
+# pylint: disable=unused-import
+from tf_vision.optimization import optimizers as _optimizers
+from tf_vision.optimization import schedules as _schedules

@@ -1,0 +1,302 @@
+"""The final experiment config of a run, built in Model Garden's order of precedence.
+
+experiment defaults -> what the data says (dataset_info.json: classes, image size) ->
+--config_file (repeatable) -> --params_override -> FastNN hparams (file, then options).
+Every key of every source is checked before it is applied, so an unknown key is named with its
+full path and its source.
+"""
+
+import dataclasses
+import glob
+import json
+import os
+import re
+from typing import Any
+
+import yaml
+
+from nascli.errors import NascliError
+from official.core import config_definitions as cfg
+from official.core import exp_factory
+from official.modeling import hyperparams
+from official.modeling.hyperparams import params_dict
+from official.vision.configs import image_classification as ic
+from official.vision.configs import retinanet as rn
+from tf_vision import registry_imports  # noqa: F401  pylint: disable=unused-import
+from tf_vision.configs import experiment_configs as experiments
+from tf_vision.configs import fastnn
+
+# --model picks the experiment when --experiment is not given.
+DEFAULT_EXPERIMENTS = {"classification": "nascli_classification",
+                       "retinanet": "nascli_retinanet"}
+RECIPES_DIR = os.path.join(os.path.dirname(__file__), "configs", "experiments")
+
+
+class _Loader(yaml.SafeLoader):
+  """Safe YAML with Model Garden's reading of `1e-4` as a float (plain YAML reads a string)."""
+
+
+_Loader.add_implicit_resolver(
+    "tag:yaml.org,2002:float",
+    re.compile(r"""^(?:[-+]?(?:[0-9][0-9_]*)\.[0-9_]*(?:[eE][-+]?[0-9]+)?
+    |[-+]?(?:[0-9][0-9_]*)(?:[eE][-+]?[0-9]+)
+    |\.[0-9_]+(?:[eE][-+][0-9]+)?
+    |[-+]?\.(?:inf|Inf|INF)
+    |\.(?:nan|NaN|NAN))$""", re.X), list("-+0123456789."))
+# Model Garden writes tuples (e.g. crop_area_range) with this tag; a tuple of scalars is safe.
+_Loader.add_constructor("tag:yaml.org,2002:python/tuple",
+                        lambda loader, node: tuple(loader.construct_sequence(node)))
+
+
+@dataclasses.dataclass
+class DataSpec:
+  training_data_path: str | None = None
+  validation_data_path: str | None = None
+  dataset_name: str | None = None
+  dataset_dir: str | None = None
+  train_files: str | None = None
+
+
+@dataclasses.dataclass
+class RunSpec:
+  """Everything a command line says about the config of a run."""
+  model: str = "classification"
+  experiment: str | None = None
+  config_files: list[str] = dataclasses.field(default_factory=list)
+  params_override: str | None = None
+  hparams_file: str | None = None
+  hparams: dict[str, Any] = dataclasses.field(default_factory=dict)  # FastNN keys as options
+  # Dedicated command-line options (e.g. --keep_checkpoint_max): applied last, they win.
+  options: dict[str, Any] = dataclasses.field(default_factory=dict)
+  data: DataSpec = dataclasses.field(default_factory=DataSpec)
+  strategy: str | None = None
+  num_gpus: int | None = None
+  has_gpu: bool = False
+
+
+@dataclasses.dataclass
+class RunPlan:
+  params: cfg.ExperimentConfig
+  experiment: str
+  steps_per_epoch: int
+  dataset_info: dict | None
+  notes: list[str]
+
+
+def load_yaml_source(source: str, what: str) -> dict:
+  """A YAML file, a YAML/JSON string, or `a.b=c,d=e`, as a nested dict."""
+  if os.path.isfile(source):
+    try:
+      with open(source, encoding="utf-8") as f:
+        data = yaml.load(f, Loader=_Loader)  # noqa: S506 - a SafeLoader subclass
+    except (OSError, yaml.YAMLError) as e:
+      raise NascliError(f"cannot read {what} {source}: {_first_line(e)}") from None
+  else:
+    text = source
+    try:
+      text = params_dict.nested_csv_str_to_json_str(source)
+    except ValueError:
+      pass
+    try:
+      data = yaml.load(text, Loader=_Loader)  # noqa: S506
+    except yaml.YAMLError as e:
+      raise NascliError(f"{what} is neither a file nor valid YAML/JSON/a.b=c: {_first_line(e)}"
+                        ) from None
+    if isinstance(data, str) and ("/" in source or source.endswith((".yaml", ".yml"))):
+      raise NascliError(f"{what} file {source} does not exist")
+  if data is None:
+    return {}
+  if not isinstance(data, dict):
+    raise NascliError(f"{what} must be a mapping of config keys, got {type(data).__name__}:"
+                      f" {str(source)[:80]}")
+  return data
+
+
+def _first_line(e: Exception) -> str:
+  return " ".join(str(e).split())[:200]
+
+
+def check_keys(config: hyperparams.Config, override: dict, what: str, prefix: str = "") -> None:
+  """Raises a one-line error naming the full path of the first key `config` does not have."""
+  for key, value in override.items():
+    path = f"{prefix}{key}"
+    if not isinstance(key, str) or key not in config.__dict__ or key.startswith("_"):
+      known = sorted(k for k in config.__dict__ if not k.startswith("_"))
+      hint = _closest(str(key), known)
+      raise NascliError(f"unknown config key '{path}' in {what}{hint}")
+    current = config.__dict__[key]
+    if isinstance(value, dict) and isinstance(current, hyperparams.Config):
+      check_keys(current, value, what, prefix=f"{path}.")
+
+
+def _closest(key: str, known: list[str]) -> str:
+  import difflib  # pylint: disable=g-import-not-at-top
+  match = difflib.get_close_matches(key, known, n=1)
+  return f" (did you mean '{match[0]}'?)" if match else ""
+
+
+def apply_override(params: cfg.ExperimentConfig, override: dict, what: str) -> None:
+  check_keys(params, override, what)
+  try:
+    params.override(override, is_strict=True)
+  except (KeyError, ValueError, TypeError, AttributeError) as e:
+    raise NascliError(f"bad value in {what}: {_first_line(e)}") from None
+
+
+def load_experiment(name: str) -> cfg.ExperimentConfig:
+  try:
+    return experiments.get_experiment(name)
+  except KeyError:
+    known = sorted(exp_factory._REGISTERED_CONFIGS)  # pylint: disable=protected-access
+    raise NascliError(f"unknown --experiment {name!r}{_closest(name, known)}; see"
+                      " `nascli train --list_experiments`") from None
+
+
+def _dataset_info_near(path_pattern: str) -> dict | None:
+  """dataset_info.json of the folder holding the (first) files of a pattern, if nascli wrote it."""
+  first = path_pattern.split(",")[0].strip()
+  folder = first if os.path.isdir(first) else os.path.dirname(first)
+  info_path = os.path.join(folder, "dataset_info.json")
+  if not os.path.exists(info_path):
+    return None
+  try:
+    with open(info_path, encoding="utf-8") as f:
+      return json.load(f)
+  except (OSError, ValueError) as e:
+    raise NascliError(f"cannot read {info_path}: {_first_line(e)}") from None
+
+
+def _check_pattern(pattern: str, what: str) -> None:
+  for part in (p.strip() for p in pattern.split(",")):
+    if part and not glob.glob(part):
+      raise NascliError(f"{what} {part} matches no files")
+
+
+def _resolve_data(data: DataSpec) -> tuple[str | None, str | None, dict | None]:
+  """Training/validation path patterns and the dataset_info.json that describes them."""
+  train, val = data.training_data_path, data.validation_data_path
+  if data.dataset_dir or data.dataset_name:
+    if not data.dataset_dir:
+      raise NascliError("--dataset_name needs --dataset_dir (the folder convert-data wrote)")
+    if train or val:
+      raise NascliError("give --dataset_dir or --training_data_path/--validation_data_path,"
+                        " not both")
+    root = data.dataset_dir
+    if not os.path.isdir(root):
+      raise NascliError(f"--dataset_dir {root} is not a folder")
+    info = _dataset_info_near(root)
+    if info is None:
+      raise NascliError(f"--dataset_dir {root} has no dataset_info.json (write it with"
+                        " `nascli convert-data`)")
+    if data.dataset_name and info.get("dataset") != data.dataset_name:
+      raise NascliError(f"--dataset_name {data.dataset_name} but {root}/dataset_info.json"
+                        f" describes {info.get('dataset')!r}")
+    if data.train_files:
+      train = ",".join(os.path.join(root, f.strip()) for f in data.train_files.split(",")
+                       if f.strip())
+    else:
+      train = os.path.join(root, info["splits"]["train"]["file_pattern"])
+    if "validation" in info.get("splits", {}):
+      val = os.path.join(root, info["splits"]["validation"]["file_pattern"])
+  else:
+    info = _dataset_info_near(train) if train else (_dataset_info_near(val) if val else None)
+  if train:
+    _check_pattern(train, "--training_data_path")
+  if val:
+    _check_pattern(val, "--validation_data_path")
+  return train, val, info
+
+
+def _data_defaults(params: cfg.ExperimentConfig, info: dict | None, train: str | None,
+                   val: str | None) -> dict:
+  """What the data says about the config, as an override applied before the user's own."""
+  task: dict[str, Any] = {}
+  if train:
+    task.setdefault("train_data", {})["input_path"] = train
+  if val:
+    task.setdefault("validation_data", {})["input_path"] = val
+  if info:
+    if info.get("task") != _task_kind(params):
+      raise NascliError(f"the data is a {info.get('task')} data set but the experiment is"
+                        f" {_task_kind(params)} (use --model"
+                        f" {'retinanet' if info.get('task') == 'detection' else 'classification'})")
+    task.setdefault("model", {})["num_classes"] = int(info["num_classes"])
+    if _task_kind(params) == "classification":
+      for split in ("train_data", "validation_data"):
+        task.setdefault(split, {})["decode_jpeg_only"] = False
+      sizes = info["splits"]["train"].get("image_sizes", {})
+      if sizes.get("min_height") == sizes.get("max_height") and sizes.get(
+          "min_width") == sizes.get("max_width") and sizes.get("min_height"):
+        task["model"]["input_size"] = [sizes["min_height"], sizes["min_width"], 3]
+  return {"task": task} if task else {}
+
+
+# Which data-set task (dataset_info.json "task") each task-config family trains on.
+_TASK_KINDS = {ic.ImageClassificationTask: "classification", rn.RetinaNetTask: "detection"}
+
+
+def _task_kind(params: cfg.ExperimentConfig) -> str:
+  for config_cls, kind in _TASK_KINDS.items():
+    if isinstance(params.task, config_cls):
+      return kind
+  return "other"
+
+
+def build(spec: RunSpec) -> RunPlan:
+  """The locked ExperimentConfig of a run and what the runner needs besides it."""
+  if spec.model not in DEFAULT_EXPERIMENTS and not spec.experiment:
+    raise NascliError(f"unknown --model {spec.model!r}; known: {', '.join(DEFAULT_EXPERIMENTS)}")
+  name = spec.experiment or DEFAULT_EXPERIMENTS[spec.model]
+  params = load_experiment(name)
+  notes: list[str] = []
+
+  train, val, info = _resolve_data(spec.data)
+  apply_override(params, _data_defaults(params, info, train, val), "the data set")
+  for path in spec.config_files:
+    if not os.path.isfile(path):
+      raise NascliError(f"--config_file {path} does not exist")
+    apply_override(params, load_yaml_source(path, "--config_file"), f"--config_file {path}")
+  if spec.params_override:
+    apply_override(params, load_yaml_source(spec.params_override, "--params_override"),
+                   "--params_override")
+
+  hparams: dict[str, Any] = {}
+  if spec.hparams_file:
+    hparams.update(fastnn.parse_hparams_file(spec.hparams_file))
+  hparams.update({k: v for k, v in spec.hparams.items() if v is not None})
+  train_records = int(info["splits"]["train"]["num_records"]) if info else 0
+  if hparams.get("num_sample_per_epoch"):
+    train_records = int(hparams["num_sample_per_epoch"])
+  num_replicas = max(1, spec.num_gpus or 1)
+  batch = hparams.get("batch_size")
+  global_batch = batch * num_replicas if batch else params.task.train_data.global_batch_size
+  steps_per_epoch = train_records // global_batch if train_records and global_batch else 0
+  if hparams:
+    try:
+      notes += fastnn.apply_fastnn(params, hparams, steps_per_epoch=steps_per_epoch or None,
+                                   num_replicas=num_replicas, has_gpu=spec.has_gpu)
+    except (KeyError, ValueError, TypeError) as e:
+      raise NascliError(f"FastNN hyperparameters: {_first_line(e)}") from None
+
+  if spec.options:
+    apply_override(params, spec.options, "the command-line options")
+  if spec.strategy:
+    params.runtime.distribution_strategy = spec.strategy
+  if spec.num_gpus is not None:
+    params.runtime.num_gpus = spec.num_gpus
+  if params.runtime.mixed_precision_dtype == "float16" and not spec.has_gpu:
+    notes.append("float16 mixed precision needs a GPU: training in float32 on this CPU")
+    params.runtime.mixed_precision_dtype = "float32"
+  for split in ("train_data", "validation_data"):
+    if not getattr(params.task, split).input_path:
+      raise NascliError(f"no {split.replace('_data', '')} data: give --dataset_dir, or"
+                        f" --{'training' if split == 'train_data' else 'validation'}_data_path")
+  steps_per_epoch = (train_records // params.task.train_data.global_batch_size
+                     if train_records else 0)
+  try:
+    params.validate()
+  except (KeyError, ValueError) as e:
+    raise NascliError(f"invalid config: {_first_line(e)}") from None
+  params.lock()
+  return RunPlan(params=params, experiment=name, steps_per_epoch=steps_per_epoch,
+                 dataset_info=info, notes=notes)

@@ -1,0 +1,222 @@
+"""Training on Model Garden's own runner, with the run-level behaviour nascli promises.
+
+Model Garden's `train_lib.run_experiment` does the training, checkpointing, resume and summaries;
+this module adds what it lacks as Orbit train actions: the THOR-style log line
+(`epoch: E step: S, loss is L`) in `<model_dir>/log` and on stderr, a progress report, a hard
+stop with `job_status.json` on a NaN or infinite loss, and a log whose step sequence stays clean
+across a kill and resume.
+"""
+
+import dataclasses
+import json
+import math
+import os
+import re
+import time
+from typing import Any, Callable
+
+import orbit
+import tensorflow as tf
+import tf_keras  # noqa: F401  pylint: disable=unused-import
+
+from nascli.errors import NascliError
+from official.core import base_task, task_factory, train_lib, train_utils
+from official.core import config_definitions as cfg
+from tf_vision import job_status
+from tf_vision import registry_imports  # noqa: F401  pylint: disable=unused-import
+
+LOG_FILE = "log"
+METRICS_FILE = "train_metrics.jsonl"
+_LOG_LINE = re.compile(r"^epoch: (\d+) step: (\d+), loss is \S+$")
+
+
+class NonFiniteLossError(NascliError):
+  """Training produced a NaN or infinite loss; the run stops instead of saving garbage."""
+
+
+@dataclasses.dataclass
+class LoopReport:
+  """What the progress display gets after each training loop."""
+  step: int
+  total_steps: int
+  epoch: int
+  step_in_epoch: int
+  loss: float
+  learning_rate: float | None
+  steps_per_second: float
+  images_per_second: float
+  line: str
+
+
+def _is_chief(strategy: tf.distribute.Strategy) -> bool:
+  resolver = getattr(strategy, "cluster_resolver", None)
+  if resolver is None or not resolver.cluster_spec().as_dict():
+    return True
+  task_type, task_id = resolver.task_type, resolver.task_id
+  has_chief = "chief" in resolver.cluster_spec().as_dict()
+  return task_type == "chief" or (not has_chief and task_type == "worker" and task_id == 0)
+
+
+def _scalar(value: Any) -> float | None:
+  try:
+    return float(value.numpy() if hasattr(value, "numpy") else value)
+  except (TypeError, ValueError):
+    return None
+
+
+class StepLog:
+  """The THOR-style log file, kept consistent with the checkpoint the run resumed from."""
+
+  def __init__(self, model_dir: str, steps_per_epoch: int, write: bool):
+    self.path = os.path.join(model_dir, LOG_FILE)
+    self.steps_per_epoch = max(1, steps_per_epoch)
+    self.write_enabled = write
+
+  def global_step(self, line: str) -> int | None:
+    m = _LOG_LINE.match(line.strip())
+    if not m:
+      return None
+    return (int(m.group(1)) - 1) * self.steps_per_epoch + int(m.group(2))
+
+  def truncate_after(self, step: int) -> int:
+    """Drops lines of steps after `step` (rolled back by a resume); returns how many."""
+    if not self.write_enabled or not os.path.exists(self.path):
+      return 0
+    with open(self.path, encoding="utf-8") as f:
+      lines = f.readlines()
+    keep = [l for l in lines if (self.global_step(l) or 0) <= step]
+    if len(keep) != len(lines):
+      tmp = self.path + ".tmp"
+      with open(tmp, "w", encoding="utf-8") as f:
+        f.writelines(keep)
+      os.replace(tmp, self.path)
+    return len(lines) - len(keep)
+
+  def line(self, step: int) -> tuple[int, int]:
+    """(epoch, step in epoch) as MindSpore's LossMonitor counts them."""
+    return (step - 1) // self.steps_per_epoch + 1, (step - 1) % self.steps_per_epoch + 1
+
+  def append(self, text: str) -> None:
+    if self.write_enabled:
+      with open(self.path, "a", encoding="utf-8") as f:
+        f.write(text + "\n")
+
+
+class LoopAction:
+  """Orbit train action: checks the loss, writes the log line and reports progress."""
+
+  def __init__(self, global_step: tf.Variable, step_log: StepLog, total_steps: int,
+               global_batch_size: int, model_dir: str, on_loop: Callable[[LoopReport], None],
+               write_files: bool):
+    self.global_step = global_step
+    self.step_log = step_log
+    self.total_steps = total_steps
+    self.global_batch_size = global_batch_size
+    self.metrics_path = os.path.join(model_dir, METRICS_FILE)
+    self.on_loop = on_loop
+    self.write_files = write_files
+    self._last = (int(global_step.numpy()), time.monotonic())
+
+  def __call__(self, output: dict) -> None:
+    step = int(self.global_step.numpy())
+    loss = _scalar(output.get("training_loss", output.get("loss")))
+    if loss is None or not math.isfinite(loss):
+      raise NonFiniteLossError(f"training loss is {loss} at step {step}: stopping (lower the"
+                               " learning rate, or check the data)")
+    last_step, last_time = self._last
+    now = time.monotonic()
+    rate = (step - last_step) / max(now - last_time, 1e-9)
+    self._last = (step, now)
+    epoch, in_epoch = self.step_log.line(step)
+    text = f"epoch: {epoch} step: {in_epoch}, loss is {loss:.7g}"
+    self.step_log.append(text)
+    lr = _scalar(output.get("learning_rate"))
+    if self.write_files:
+      with open(self.metrics_path, "a", encoding="utf-8") as f:
+        f.write(json.dumps({"step": step, "loss": loss, "learning_rate": lr,
+                            "steps_per_second": rate}) + "\n")
+    self.on_loop(LoopReport(step=step, total_steps=self.total_steps, epoch=epoch,
+                            step_in_epoch=in_epoch, loss=loss, learning_rate=lr,
+                            steps_per_second=rate,
+                            images_per_second=rate * self.global_batch_size, line=text))
+
+
+def _latest_step(model_dir: str) -> int:
+  latest = tf.train.latest_checkpoint(model_dir)
+  return int(train_utils.read_global_step_from_checkpoint(latest)) if latest else 0
+
+
+def run(params: cfg.ExperimentConfig, model_dir: str, strategy: tf.distribute.Strategy,
+        mode: str = "train_and_eval", steps_per_epoch: int = 0,
+        on_loop: Callable[[LoopReport], None] = lambda report: None,
+        on_resume: Callable[[int], None] = lambda step: None) -> dict:
+  """Trains (and evaluates) `params` in `model_dir`; resumes from its latest checkpoint.
+
+  Returns {"status", "step", "loss", "eval_metrics", "seconds"}; raises NonFiniteLossError
+  (after writing job_status.json) when the loss stops being finite.
+  """
+  chief = _is_chief(strategy)
+  if chief:
+    tf.io.gfile.makedirs(model_dir)
+    train_utils.serialize_config(params, model_dir)
+  resumed_from = _latest_step(model_dir)
+  step_log = StepLog(model_dir, steps_per_epoch or params.trainer.train_steps, write=chief)
+  step_log.truncate_after(resumed_from)
+  if resumed_from:
+    on_resume(resumed_from)
+    if chief and os.path.exists(os.path.join(model_dir, METRICS_FILE)):
+      _truncate_jsonl(os.path.join(model_dir, METRICS_FILE), resumed_from)
+  if chief:
+    job_status.write(model_dir, job_status.RUNNING, step=resumed_from)
+  start = time.monotonic()
+  with strategy.scope():
+    task: base_task.Task = task_factory.get_task(params.task, logging_dir=model_dir)
+
+  class _Runner(train_lib.OrbitExperimentRunner):
+    """Model Garden's runner with our loop action bound to its global step."""
+
+    def _build_controller(self, trainer, evaluator, save_summary=True, train_actions=None,
+                          eval_actions=None, controller_cls=orbit.Controller,
+                          enable_async_checkpointing=False):
+      action = LoopAction(self.trainer.global_step, step_log, params.trainer.train_steps,
+                          params.task.train_data.global_batch_size, model_dir, on_loop, chief)
+      return super()._build_controller(
+          trainer, evaluator, save_summary=save_summary,
+          train_actions=[action] + list(train_actions or []), eval_actions=eval_actions,
+          controller_cls=controller_cls, enable_async_checkpointing=enable_async_checkpointing)
+
+  try:
+    runner = _Runner(distribution_strategy=strategy, task=task, mode=mode, params=params,
+                     model_dir=model_dir, run_post_eval=mode != "train")
+    _, eval_logs = runner.run()
+  except NonFiniteLossError as e:
+    if chief:
+      job_status.write(model_dir, job_status.FAILED_WITH_NAN, reason=str(e))
+    raise
+  except Exception as e:
+    if chief:
+      job_status.write(model_dir, job_status.FAILED, reason=f"{type(e).__name__}: {e}"[:500])
+    raise
+  step = int(runner.trainer.global_step.numpy())
+  metrics = {k: _scalar(v) for k, v in (eval_logs or {}).items() if _scalar(v) is not None}
+  result = {"status": job_status.COMPLETED, "step": step, "resumed_from": resumed_from,
+            "eval_metrics": metrics, "seconds": round(time.monotonic() - start, 3)}
+  if chief:
+    job_status.write(model_dir, job_status.COMPLETED, step=step, eval_metrics=metrics)
+  return result
+
+
+def _truncate_jsonl(path: str, step: int) -> None:
+  with open(path, encoding="utf-8") as f:
+    lines = f.readlines()
+  keep = []
+  for line in lines:
+    try:
+      if json.loads(line)["step"] <= step:
+        keep.append(line)
+    except (ValueError, KeyError):
+      continue
+  tmp = path + ".tmp"
+  with open(tmp, "w", encoding="utf-8") as f:
+    f.writelines(keep)
+  os.replace(tmp, path)
