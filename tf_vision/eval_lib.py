@@ -36,8 +36,11 @@ def _value(v):
 
 
 def evaluate(params: cfg.ExperimentConfig, checkpoint: str, strategy: tf.distribute.Strategy,
-             steps: int = -1) -> dict:
-  """Metrics of `checkpoint` on params.task.validation_data (all of it when steps is -1)."""
+             steps: int = -1, summary_dir: str | None = None) -> dict:
+  """Metrics of `checkpoint` on params.task.validation_data (all of it when steps is -1).
+
+  With `summary_dir`, the metrics also go to TensorBoard there at the checkpoint's step.
+  """
   with strategy.scope():
     task = task_factory.get_task(params.task)
     model = task.build_model()
@@ -53,7 +56,12 @@ def evaluate(params: cfg.ExperimentConfig, checkpoint: str, strategy: tf.distrib
                       f" {' '.join(str(e).split())[:160]}") from None
   logs = trainer.evaluate(tf.convert_to_tensor(steps, dtype=tf.int32))
   metrics = {k: _value(v) for k, v in logs.items() if _value(v) is not None}
-  return {"checkpoint": checkpoint, "step": int(trainer.global_step.numpy()), "metrics": metrics}
+  step = int(trainer.global_step.numpy())
+  if summary_dir:
+    with tf.summary.create_file_writer(summary_dir).as_default():
+      for name, value in metrics.items():
+        tf.summary.scalar(name, value, step=step)
+  return {"checkpoint": checkpoint, "step": step, "metrics": metrics}
 
 
 def write_metrics(path: str, result: dict) -> None:

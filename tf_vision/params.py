@@ -146,7 +146,7 @@ def apply_override(params: cfg.ExperimentConfig, override: dict, what: str) -> N
 def load_experiment(name: str) -> cfg.ExperimentConfig:
   try:
     return experiments.get_experiment(name)
-  except KeyError:
+  except LookupError:  # Model Garden's registry raises LookupError (KeyError in older versions).
     known = sorted(exp_factory._REGISTERED_CONFIGS)  # pylint: disable=protected-access
     raise NascliError(f"unknown --experiment {name!r}{_closest(name, known)}; see"
                       " `nascli train --list_experiments`") from None

@@ -22,7 +22,7 @@ import tf_keras  # noqa: F401  pylint: disable=unused-import
 from nascli.errors import NascliError
 from official.core import base_task, task_factory, train_lib, train_utils
 from official.core import config_definitions as cfg
-from tf_vision import job_status
+from tf_vision import eval_lib, job_status
 from tf_vision import registry_imports  # noqa: F401  pylint: disable=unused-import
 
 LOG_FILE = "log"
@@ -186,9 +186,19 @@ def run(params: cfg.ExperimentConfig, model_dir: str, strategy: tf.distribute.St
           controller_cls=controller_cls, enable_async_checkpointing=enable_async_checkpointing)
 
   try:
-    runner = _Runner(distribution_strategy=strategy, task=task, mode=mode, params=params,
-                     model_dir=model_dir, run_post_eval=mode != "train")
+    # The final evaluation goes through eval_lib, the code `nascli eval` runs, so the number a run
+    # reports is the number its checkpoint gives later (Model Garden's in-trainer post-eval can
+    # differ in the last digit through graph-level numerics).
+    runner = _Runner(distribution_strategy=strategy, task=task,
+                     mode="train" if mode == "train_and_post_eval" else mode, params=params,
+                     model_dir=model_dir)
     _, eval_logs = runner.run()
+    if mode == "train_and_post_eval":
+      checkpoint = tf.train.latest_checkpoint(model_dir)
+      eval_logs = eval_lib.evaluate(
+          params, checkpoint, strategy,
+          summary_dir=os.path.join(model_dir, params.trainer.validation_summary_subdir)
+          if chief else None)["metrics"]
   except NonFiniteLossError as e:
     if chief:
       job_status.write(model_dir, job_status.FAILED_WITH_NAN, reason=str(e))

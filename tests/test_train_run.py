@@ -1,0 +1,103 @@
+"""`nascli train` and `nascli eval` on real data: learning, files, NaN stop, kill and resume."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from conftest import nascli_subprocess
+
+
+@pytest.fixture(scope="module")
+def digits32(tmp_path_factory):
+  from nascli.data.convert import ShardingOptions, convert  # pylint: disable=g-import-not-at-top
+  from nascli.data.source import ConvertOptions  # pylint: disable=g-import-not-at-top
+  out = tmp_path_factory.mktemp("digits32")
+  convert("digits", out, ConvertOptions(image_size=32, progress=False),
+          ShardingOptions(num_shards=4, processes=1))
+  return str(out)
+
+
+def _log_steps(model_dir, steps_per_epoch):
+  steps = []
+  with open(os.path.join(model_dir, "log"), encoding="utf-8") as f:
+    for line in f:
+      epoch, rest = line.split(" step: ")
+      steps.append((int(epoch.split()[1]) - 1) * steps_per_epoch + int(rest.split(",")[0]))
+  return steps
+
+
+def test_classifier_learns_digits_and_eval_reports_the_same(cli, digits32, tmp_path):
+  model_dir = tmp_path / "run"
+  code, out, err = cli("train", "--dataset_dir", digits32, "--model_dir", model_dir, "--json")
+  assert code == 0, err
+  result = json.loads(out)  # stdout holds only the result
+  assert result["step"] == 300 and result["status"] == "completed"
+  accuracy = result["eval_metrics"]["accuracy"]
+  assert accuracy > 0.85, result  # chance is 0.1; measured 0.96-0.97
+  # The THOR log line on stderr and in MODEL_DIR/log, every steps_per_loop (50) steps.
+  steps_per_epoch = 1438 // 32
+  assert _log_steps(model_dir, steps_per_epoch) == list(range(50, 301, 50))
+  assert "epoch: 7 step: 36, loss is " in err  # step 300 = 6 epochs of 44 steps + 36
+  for name in ("params.yaml", "job_status.json", "nascli_run.json", "checkpoint"):
+    assert (model_dir / name).exists(), name
+  assert os.listdir(model_dir / "train") and os.listdir(model_dir / "validation")
+  status = json.loads((model_dir / "job_status.json").read_text())
+  assert status["status"] == "completed" and status["step"] == 300
+
+  code, out, _ = cli("eval", "--model_dir", model_dir)
+  assert code == 0
+  line = out.strip()
+  assert line.startswith("result: {'top_5_accuracy': ") and line.endswith(
+      f"ckpt={model_dir}/ckpt-300")
+  top1 = float(line.split("'top_1_accuracy': ")[1].split("}")[0])
+  assert top1 == pytest.approx(accuracy, abs=1e-9)
+  saved = json.loads((model_dir / "eval_metrics.json").read_text())
+  assert saved["metrics"]["accuracy"] == pytest.approx(accuracy, abs=1e-9)
+
+
+def test_nan_loss_stops_with_status(cli, digits32, tmp_path):
+  model_dir = tmp_path / "nan"
+  code, out, err = cli("train", "--dataset_dir", digits32, "--model_dir", model_dir,
+                       "--params_override",
+                       "trainer.train_steps=40,trainer.steps_per_loop=5,"
+                       "trainer.optimizer_config.learning_rate.cosine.initial_learning_rate=1e12,"
+                       "trainer.optimizer_config.warmup.type=null")
+  assert code == 1 and out == ""
+  last = err.strip().splitlines()[-1]
+  assert last.startswith("Error: training loss is ") and "at step " in last
+  status = json.loads((model_dir / "job_status.json").read_text())
+  assert status["status"] == "failed_with_nan"
+
+
+def test_killed_run_resumes_to_the_same_end_without_repeated_steps(digits32, tmp_path):
+  model_dir = tmp_path / "killed"
+  args = ["train", "--dataset_dir", digits32, "--model_dir", str(model_dir),
+          "--mode", "train", "--params_override",
+          "trainer.train_steps=240,trainer.steps_per_loop=10,trainer.checkpoint_interval=40"]
+  proc = subprocess.Popen([sys.executable, "-m", "nascli", *args], stdout=subprocess.DEVNULL,
+                          stderr=subprocess.DEVNULL,
+                          env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3"))
+  log = model_dir / "log"
+  deadline = time.monotonic() + 180
+  while time.monotonic() < deadline and proc.poll() is None:
+    # Kill between checkpoints: after step 50 is logged (checkpoint at 40 or later).
+    if log.exists() and len(log.read_text().splitlines()) >= 5:
+      break
+    time.sleep(0.05)
+  proc.send_signal(signal.SIGKILL)
+  proc.wait()
+  before = _log_steps(model_dir, 1438 // 32)
+  assert 50 <= before[-1] < 240, before
+  resumed = nascli_subprocess(*args, "--json")
+  assert resumed.returncode == 0, resumed.stderr
+  result = json.loads(resumed.stdout)
+  assert result["step"] == 240
+  assert 0 < result["resumed_from"] <= before[-1]  # a checkpoint older than the kill
+  assert "resuming from the checkpoint at step" in resumed.stderr
+  # One entry per logged step, in order: the steps redone after the kill replaced their first try.
+  assert _log_steps(model_dir, 1438 // 32) == list(range(10, 241, 10))

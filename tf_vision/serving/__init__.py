@@ -1,0 +1,1 @@
+"""SavedModel export on Model Garden's exporter, and serving latency measurement."""
