@@ -29,10 +29,11 @@ def add_command(fn: Callable, name: str) -> None:
 
 def _register_commands() -> None:
   # pylint: disable=g-import-not-at-top
-  from nascli.commands import convert_data, eval as eval_command, train
+  from nascli.commands import convert_data, eval as eval_command, export, train
   add_command(convert_data.convert_data, "convert-data")
   add_command(train.train, "train")
   add_command(eval_command.evaluate, "eval")
+  add_command(export.export, "export")
 
 
 _register_commands()

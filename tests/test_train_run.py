@@ -101,3 +101,33 @@ def test_killed_run_resumes_to_the_same_end_without_repeated_steps(digits32, tmp
   assert "resuming from the checkpoint at step" in resumed.stderr
   # One entry per logged step, in order: the steps redone after the kill replaced their first try.
   assert _log_steps(model_dir, 1438 // 32) == list(range(10, 241, 10))
+
+
+def test_exported_saved_model_gives_the_eval_accuracy(cli, digits32, tmp_path):
+  """Train briefly, export through the CLI, and score the SavedModel on the validation set."""
+  import numpy as np  # pylint: disable=g-import-not-at-top
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  from conftest import decode_image, read_examples  # pylint: disable=g-import-not-at-top
+  model_dir = tmp_path / "run"
+  code, out, err = cli("train", "--dataset_dir", digits32, "--model_dir", model_dir, "--json",
+                       "--params_override", "trainer.train_steps=150")
+  assert code == 0, err
+  accuracy = json.loads(out)["eval_metrics"]["accuracy"]
+  code, out, err = cli("export", "--model_dir", model_dir, "--input_type", "image_bytes",
+                       "--measure_latency", "--latency_runs", "5", "--json")
+  assert code == 0, err
+  result = json.loads(out)
+  assert result["checkpoint"].endswith("ckpt-150")
+  batches = result["latency"]["batch"]
+  assert set(batches) == {"1", "8"} and all(b["median_ms"] > 0 for b in batches.values())
+  assert (model_dir / "export" / "image_bytes" / "params.yaml").exists()
+  serve = tf.saved_model.load(result["saved_model"]).signatures["serving_default"]
+  records = read_examples(os.path.join(digits32, "validation-*"))
+  correct = 0
+  for start in range(0, len(records), 64):
+    chunk = records[start:start + 64]
+    outputs = serve(tf.constant([r["image/encoded"][0] for r in chunk]))
+    predicted = np.argmax(outputs["probs"].numpy(), axis=-1)
+    correct += int(np.sum(predicted == [r["image/class/label"][0] for r in chunk]))
+  assert decode_image(records[0]["image/encoded"][0]).shape == (32, 32, 3)
+  assert correct / len(records) == pytest.approx(accuracy, abs=0.02)
