@@ -35,6 +35,7 @@ class TrainArgs:
   num_gpus: int | None = None
   mode: str = "train_and_post_eval"
   keep_checkpoint_max: int | None = None
+  verbose: bool = False
   fastnn: dict[str, Any] = dataclasses.field(default_factory=dict)
 
 
@@ -147,8 +148,10 @@ def train(args: TrainArgs) -> dict:
                                            "steps_per_epoch": run_plan.steps_per_epoch,
                                            "argv": sys.argv[1:]})
   start = time.monotonic()
-  # Orbit prints its own progress with print(): keep stdout for nascli's result.
-  with contextlib.redirect_stdout(sys.stderr), _Display(params.trainer.train_steps, 0) as display:
+  # Orbit prints its own progress with print(): keep stdout for nascli's result, and show
+  # Orbit's lines (on stderr) only with --verbose, since the log line and the bar say the same.
+  orbit_out = sys.stderr if args.verbose else open(os.devnull, "w", encoding="utf-8")  # pylint: disable=consider-using-with
+  with contextlib.redirect_stdout(orbit_out), _Display(params.trainer.train_steps, 0) as display:
     result = train_lib.run(
         params, model_dir, strategy, mode=args.mode, steps_per_epoch=run_plan.steps_per_epoch,
         on_loop=display.on_loop,

@@ -152,8 +152,12 @@ def run(params: cfg.ExperimentConfig, model_dir: str, strategy: tf.distribute.St
         on_resume: Callable[[int], None] = lambda step: None) -> dict:
   """Trains (and evaluates) `params` in `model_dir`; resumes from its latest checkpoint.
 
-  Returns {"status", "step", "loss", "eval_metrics", "seconds"}; raises NonFiniteLossError
-  (after writing job_status.json) when the loss stops being finite.
+  Returns {"status", "step", "resumed_from", "eval_metrics", "seconds", "num_replicas"}; raises
+  NonFiniteLossError (after writing job_status.json) when the loss stops being finite.
+
+  With several workers only the chief writes the log, job status and params; the others
+  checkpoint into a temporary dir (Model Garden's rule) and resume from the chief's checkpoint
+  in `model_dir`, which must then be shared.
   """
   chief = _is_chief(strategy)
   if chief:
@@ -175,6 +179,20 @@ def run(params: cfg.ExperimentConfig, model_dir: str, strategy: tf.distribute.St
   class _Runner(train_lib.OrbitExperimentRunner):
     """Model Garden's runner with our loop action bound to its global step."""
 
+    def _maybe_build_checkpoint_manager(self):
+      manager = super()._maybe_build_checkpoint_manager()
+      latest = tf.train.latest_checkpoint(model_dir)
+      if manager is None or self.strategy.extended.should_checkpoint or latest is None:
+        return manager
+      # Model Garden gives a non-chief worker a fresh temporary checkpoint dir, where it finds
+      # nothing to restore: it would start from scratch while the chief resumes, and their
+      # collectives would mismatch. It restores the chief's latest checkpoint instead.
+      return tf.train.CheckpointManager(
+          manager.checkpoint, directory=manager.directory, max_to_keep=1,
+          step_counter=self.trainer.global_step,
+          checkpoint_interval=params.trainer.checkpoint_interval,
+          init_fn=lambda: manager.checkpoint.restore(latest))
+
     def _build_controller(self, trainer, evaluator, save_summary=True, train_actions=None,
                           eval_actions=None, controller_cls=orbit.Controller,
                           enable_async_checkpointing=False):
@@ -194,7 +212,9 @@ def run(params: cfg.ExperimentConfig, model_dir: str, strategy: tf.distribute.St
                      model_dir=model_dir)
     _, eval_logs = runner.run()
     if mode == "train_and_post_eval":
-      checkpoint = tf.train.latest_checkpoint(model_dir)
+      # The runner's own final checkpoint: a non-chief worker's is in its temporary dir.
+      checkpoint = (runner.checkpoint_manager.latest_checkpoint
+                    or tf.train.latest_checkpoint(model_dir))
       eval_logs = eval_lib.evaluate(
           params, checkpoint, strategy,
           summary_dir=os.path.join(model_dir, params.trainer.validation_summary_subdir)
@@ -210,9 +230,11 @@ def run(params: cfg.ExperimentConfig, model_dir: str, strategy: tf.distribute.St
   step = int(runner.trainer.global_step.numpy())
   metrics = {k: _scalar(v) for k, v in (eval_logs or {}).items() if _scalar(v) is not None}
   result = {"status": job_status.COMPLETED, "step": step, "resumed_from": resumed_from,
-            "eval_metrics": metrics, "seconds": round(time.monotonic() - start, 3)}
+            "eval_metrics": metrics, "seconds": round(time.monotonic() - start, 3),
+            "num_replicas": strategy.num_replicas_in_sync}
   if chief:
-    job_status.write(model_dir, job_status.COMPLETED, step=step, eval_metrics=metrics)
+    job_status.write(model_dir, job_status.COMPLETED, step=step, eval_metrics=metrics,
+                     num_replicas=strategy.num_replicas_in_sync)
   return result
 
 

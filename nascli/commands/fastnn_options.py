@@ -16,7 +16,7 @@ PANEL = "FastNN hyperparameters (also accepted in --hparams_file as key=value)"
 
 def with_fastnn_options(fn: Callable) -> Callable:
   """Adds one `--key` option per FastNN key; `fn` receives them as a dict in `fastnn`."""
-  from tf_vision.configs import fastnn  # pylint: disable=g-import-not-at-top
+  from tf_vision.configs import fastnn_keys as fastnn  # pylint: disable=g-import-not-at-top
   sig = inspect.signature(fn)
   params = [p for p in sig.parameters.values() if p.name != "fastnn"]
   keys = [k for k in fastnn.FASTNN_KEYS if k not in OWN_KEYS]

@@ -56,6 +56,9 @@ def _train(
     = "train_and_post_eval",
     keep_checkpoint_max: Annotated[Optional[int], typer.Option(
         *flag("keep_checkpoint_max"), help="Checkpoints kept.")] = None,
+    verbose: Annotated[bool, typer.Option(
+        *flag("verbose"), help="Also show Model Garden's own progress output on stderr.")]
+    = False,
     list_experiments: Annotated[bool, typer.Option(
         *flag("list_experiments"), help="List registered experiments and exit.")] = False,
     as_json: Annotated[bool, typer.Option(*flag("json"), help="Print the result as JSON.")]
@@ -75,7 +78,7 @@ def _train(
       training_data_path=training_data_path, validation_data_path=validation_data_path,
       dataset_name=dataset_name, dataset_dir=dataset_dir, train_files=train_files,
       model_dir=model_dir, strategy=strategy, num_gpus=num_gpus, mode=mode,
-      keep_checkpoint_max=keep_checkpoint_max, fastnn=fastnn or {}))
+      keep_checkpoint_max=keep_checkpoint_max, verbose=verbose, fastnn=fastnn or {}))
   if as_json:
     print(json.dumps(result, indent=2))
     return

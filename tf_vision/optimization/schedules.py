@@ -30,6 +30,7 @@ import tensorflow as tf
 import tf_keras
 
 from official.modeling.optimization import optimizer_factory
+from tf_vision.configs.fastnn_keys import DECAY_SCHEMES, DECAY_TYPES  # noqa: F401
 
 # scheme -> (start_decay_step(S), number of decays); '' means "start at S, never decay".
 _LUONG_SCHEMES = {
@@ -37,8 +38,7 @@ _LUONG_SCHEMES = {
     "luong5": (lambda s: int(s / 2), 5),
     "luong10": (lambda s: int(s / 2), 10),
 }
-DECAY_TYPES = ("fixed", "exponential", "polynomial")
-DECAY_SCHEMES = ("",) + tuple(_LUONG_SCHEMES)
+assert set(DECAY_SCHEMES) == {""} | set(_LUONG_SCHEMES)
 
 _WARMUP_START_FRACTION = 0.01  # t2t starts 100x below the base rate.
 
