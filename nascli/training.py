@@ -66,7 +66,8 @@ def plan(args: TrainArgs):
       validation_data_path=args.validation_data_path,
       dataset_name=args.dataset_name or file_hparams.get("dataset_name"),
       dataset_dir=args.dataset_dir or file_hparams.get("dataset_dir"),
-      train_files=args.train_files or file_hparams.get("train_files"))
+      train_files=args.train_files or file_hparams.get("train_files"),
+      eval_files=args.fastnn.get("eval_files") or file_hparams.get("eval_files"))
   if data.dataset_name == "mock":  # FastNN's default: no data set named.
     data.dataset_name = None
   if args.training_data_path or args.validation_data_path:

@@ -95,3 +95,17 @@ def test_unknown_experiment_and_missing_data(digits_dir):
   with pytest.raises(NascliError, match="the data is a classification data set but the"
                      " experiment is detection \\(use --model classification\\)"):
     plan(TrainArgs(dataset_dir=digits_dir, model="retinanet"))
+
+
+def test_fastnn_model_name_and_eval_files(digits_dir, tmp_path):
+  hp = tmp_path / "hp.txt"
+  hp.write_text("model_name=mobilenet_v2_035\n"
+                "eval_files=validation-00001-of-00002.tfrecord\n")
+  p = plan(TrainArgs(dataset_dir=digits_dir, hparams_file=str(hp))).params
+  assert p.task.model.backbone.type == "mobilenet"
+  assert p.task.model.backbone.mobilenet.model_id == "MobileNetV2"
+  assert p.task.model.backbone.mobilenet.filter_size_scale == pytest.approx(0.35)
+  assert p.task.validation_data.input_path.endswith("/validation-00001-of-00002.tfrecord")
+  hp.write_text("model_name=inception_resnet_v2\n")
+  with pytest.raises(NascliError, match="model_name 'inception_resnet_v2' has no Model Garden"):
+    plan(TrainArgs(dataset_dir=digits_dir, hparams_file=str(hp)))

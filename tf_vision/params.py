@@ -25,6 +25,7 @@ from official.vision.configs import retinanet as rn
 from tf_vision import registry_imports  # noqa: F401  pylint: disable=unused-import
 from tf_vision.configs import experiment_configs as experiments
 from tf_vision.configs import fastnn
+from tf_vision.configs import fastnn_models
 
 # --model picks the experiment when --experiment is not given.
 DEFAULT_EXPERIMENTS = {"classification": "nascli_classification",
@@ -55,6 +56,7 @@ class DataSpec:
   dataset_name: str | None = None
   dataset_dir: str | None = None
   train_files: str | None = None
+  eval_files: str | None = None
 
 
 @dataclasses.dataclass
@@ -196,7 +198,10 @@ def _resolve_data(data: DataSpec) -> tuple[str | None, str | None, dict | None]:
                        if f.strip())
     else:
       train = os.path.join(root, info["splits"]["train"]["file_pattern"])
-    if "validation" in info.get("splits", {}):
+    if data.eval_files:
+      val = ",".join(os.path.join(root, f.strip()) for f in data.eval_files.split(",")
+                     if f.strip())
+    elif "validation" in info.get("splits", {}):
       val = os.path.join(root, info["splits"]["validation"]["file_pattern"])
   else:
     info = _dataset_info_near(train) if train else (_dataset_info_near(val) if val else None)
@@ -271,6 +276,17 @@ def build(spec: RunSpec) -> RunPlan:
   batch = hparams.get("batch_size")
   global_batch = batch * num_replicas if batch else params.task.train_data.global_batch_size
   steps_per_epoch = train_records // global_batch if train_records and global_batch else 0
+  if hparams.get("model_name"):
+    if _task_kind(params) != "classification":
+      raise NascliError("FastNN model_name chooses a classifier; this experiment is"
+                        f" {_task_kind(params)}")
+    apply_override(params, {"task": {"model": {"backbone": fastnn_models.backbone_override(
+        hparams["model_name"])}}}, f"FastNN model_name={hparams['model_name']}")
+  if hparams.get("task_type") == "finetune":
+    if not hparams.get("ckpt_file_name"):
+      raise NascliError("FastNN task_type=finetune needs ckpt_file_name (and model_dir)")
+    init = os.path.join(hparams.get("model_dir") or "", hparams["ckpt_file_name"])
+    apply_override(params, {"task": {"init_checkpoint": init}}, "FastNN ckpt_file_name")
   if hparams:
     try:
       notes += fastnn.apply_fastnn(params, hparams, steps_per_epoch=steps_per_epoch or None,
