@@ -1,0 +1,75 @@
+"""The `mnasnet` search space of Vertex AI NAS (reference `mobilenet_v2`), in pyglove.
+
+Same structure, candidate lists and order as Vertex's `tunable_mnasnet_search_space.py`, so its
+decision keys (`blocks[i].num_repeats`, ...) and `nas_params_str` values are interchangeable with
+what Vertex AI NAS sends: 7 block groups x 6 one-of decisions = 42, about 9.75e15 points.
+"""
+
+from typing import Any
+
+import pyglove as pg
+
+from tf_vision.search_spaces import registry
+
+MOBILENET_V2_NUM_REPEATS = (1, 2, 3, 4, 3, 3, 1)
+MOBILENET_V2_OUTPUT_FILTERS = (16, 24, 32, 64, 96, 160, 320)
+# Present in Vertex's function but unused by its CLI; kept for `reference='mnasnet_a1'`.
+MNASNET_A1_NUM_REPEATS = (1, 2, 3, 4, 2, 3, 1)
+MNASNET_A1_OUTPUT_FILTERS = (16, 24, 40, 80, 112, 160, 320)
+_REFERENCES = {
+    'mobilenet_v2': (MOBILENET_V2_NUM_REPEATS, MOBILENET_V2_OUTPUT_FILTERS),
+    'mnasnet_a1': (MNASNET_A1_NUM_REPEATS, MNASNET_A1_OUTPUT_FILTERS),
+}
+
+# Decision order inside one block: it fixes the key order of nas_params_str.
+BLOCK_FIELDS = ('num_repeats', 'block_fn', 'expand_ratio', 'kernel_size', 'se_ratio',
+                'output_filters')
+
+
+def _block_space(repeats: int, filters: int) -> pg.Dict:
+  """One block group; candidate 0 of num_repeats is the reference, as in Vertex."""
+  return pg.Dict(
+      num_repeats=pg.oneof([repeats, repeats - 1, repeats + 1] if repeats > 1 else [1, 2]),
+      block_fn=pg.oneof(['conv', 'mbconv']),
+      expand_ratio=pg.oneof([1, 3, 6]),
+      kernel_size=pg.oneof([3, 5]),
+      se_ratio=pg.oneof([0.0, 0.25]),
+      output_filters=pg.oneof([int(filters * 0.75), filters, int(filters * 1.25)]))
+
+
+def block_specs(point: Any) -> list[dict[str, Any]]:
+  """The 7 block groups of a chosen point as plain dicts, Vertex's `TunableBlockSpec` fields.
+
+  Args:
+    point: A DNA of the space, or the space materialized with one (`{'blocks': [...]}`).
+
+  Returns:
+    `[{num_repeats, block_fn, expand_ratio, kernel_size, se_ratio, output_filters}] * 7`, in
+    block order; for `conv` blocks expand_ratio and se_ratio are carried but unused (as in
+    Vertex, they are redundant encodings).
+  """
+  if isinstance(point, pg.DNA):
+    point = pg.materialize(mnasnet_search_space(), point)
+  return [{field: block[field] for field in BLOCK_FIELDS} for block in point['blocks']]
+
+
+@registry.register_search_space('mnasnet', block_specs=block_specs)
+def mnasnet_search_space(reference: str = 'mobilenet_v2') -> pg.Dict:
+  """The MnasNet space: `pg.Dict(blocks=[7 x pg.Dict of 6 one-ofs])`.
+
+  Vertex wraps the same list in a `pg.functor` argument named `blocks`; the decision keys are the
+  same (`blocks[3].kernel_size`).
+
+  Args:
+    reference: 'mobilenet_v2' (the registered space) or 'mnasnet_a1'.
+
+  Returns:
+    A fresh pyglove hyper-value.
+  """
+  try:
+    repeats, filters = _REFERENCES[reference]
+  except KeyError:
+    raise ValueError(f'reference must be one of {sorted(_REFERENCES)}, got {reference!r}'
+                     ) from None
+  return pg.Dict(blocks=pg.List([_block_space(r, o) for r, o in zip(repeats, filters)]))
+
