@@ -36,6 +36,8 @@ class TrainArgs:
   mode: str = "train_and_post_eval"
   keep_checkpoint_max: int | None = None
   verbose: bool = False
+  # Config overrides from the caller (e.g. a NAS trial's architecture), applied last.
+  extra_options: dict[str, Any] = dataclasses.field(default_factory=dict)
   fastnn: dict[str, Any] = dataclasses.field(default_factory=dict)
 
 
@@ -76,12 +78,21 @@ def plan(args: TrainArgs):
   options = {}
   if args.keep_checkpoint_max is not None:
     options = {"trainer": {"max_to_keep": args.keep_checkpoint_max}}
+  options = _merge(options, args.extra_options)
   spec = params_lib.RunSpec(
       model=args.model, experiment=args.experiment, config_files=args.config_files,
       params_override=args.params_override, hparams_file=args.hparams_file, options=options,
       hparams={k: v for k, v in args.fastnn.items()}, data=data,
       strategy=args.strategy, num_gpus=args.num_gpus, has_gpu=_has_gpu())
   return params_lib.build(spec)
+
+
+def _merge(a: dict, b: dict) -> dict:
+  """Nested dict merge, b winning."""
+  out = dict(a)
+  for k, v in b.items():
+    out[k] = _merge(out[k], v) if isinstance(v, dict) and isinstance(out.get(k), dict) else v
+  return out
 
 
 class _Display:

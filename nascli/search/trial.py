@@ -1,0 +1,164 @@
+"""One NAS trial in its own process: train, evaluate, export, time, reward.
+
+The search controller starts `python -m nascli.search.trial SPEC.json` per trial, so a trial that
+crashes, runs out of memory or hangs cannot take the search down, and each trial can be pinned
+to one GPU with CUDA_VISIBLE_DEVICES. The outcome is in the trial directory:
+`model_analysis.json` and `job_status.json` (completed / failed / failed_with_nan).
+"""
+
+import dataclasses
+import json
+import os
+import sys
+import traceback
+from typing import Any
+
+from nascli.errors import NascliError
+
+
+@dataclasses.dataclass
+class TrialSpec:
+  job_dir: str
+  trial_id: str
+  search_space: str
+  nas_params: dict[str, str]
+  experiment: str | None = None
+  config_files: list[str] = dataclasses.field(default_factory=list)
+  params_override: str | None = None
+  training_data_path: str | None = None
+  validation_data_path: str | None = None
+  dataset_dir: str | None = None
+  target_latency_ms: float | None = None
+  latency_constraint: str = "soft"
+  latency_weight: float = 0.07
+  latency_runs: int = 20
+
+  @property
+  def trial_dir(self) -> str:
+    return os.path.join(self.job_dir, self.trial_id)
+
+
+@dataclasses.dataclass(frozen=True)
+class SpaceBinding:
+  """How a search space's architectures become a Model Garden model."""
+  model: str  # --model of `nascli train`
+  experiment: str
+  backbone_type: str
+  metric: str  # the eval metric that is the trial's accuracy
+
+
+_BINDINGS: dict[str, SpaceBinding] = {}
+
+
+def register_binding(space: str, binding: SpaceBinding) -> None:
+  _BINDINGS[space] = binding
+
+
+register_binding("mnasnet", SpaceBinding("classification", "nas_classification_tunable_mnasnet",
+                                         "tunable_mnasnet", "accuracy"))
+register_binding("spinenet", SpaceBinding("retinanet", "nas_retinanet_tunable_spinenet",
+                                          "tunable_spinenet", "AP"))
+
+
+def binding_for(space: str) -> SpaceBinding:
+  if space not in _BINDINGS:
+    raise NascliError(f"search space {space!r} has no model binding; known:"
+                      f" {', '.join(sorted(_BINDINGS))}")
+  return _BINDINGS[space]
+
+
+def backbone_override(binding: SpaceBinding, block_specs: list[dict]) -> dict[str, Any]:
+  return {"task": {"model": {"backbone": {
+      "type": binding.backbone_type,
+      binding.backbone_type: {"block_specs_json": json.dumps(block_specs)}}}}}
+
+
+def _write_json(path: str, data: dict) -> None:
+  with open(path + ".tmp", "w", encoding="utf-8") as f:
+    json.dump(data, f, indent=2)
+    f.flush()
+    os.fsync(f.fileno())
+  os.replace(path + ".tmp", path)
+
+
+def run(spec: TrialSpec) -> dict:
+  """Runs the trial; returns model_analysis (raises on failure, after recording it)."""
+  # pylint: disable=g-import-not-at-top
+  import tensorflow as tf
+  from nascli import training
+  from nascli.search import reward
+  from official.core import task_factory, train_utils
+  from tf_vision import job_status, model_dir as model_dir_lib
+  from tf_vision.search_spaces import nas_params as nas_params_lib
+  from tf_vision.serving import export_lib, latency
+  binding = binding_for(spec.search_space)
+  os.makedirs(spec.trial_dir, exist_ok=True)
+  _write_json(os.path.join(spec.trial_dir, "nas_params_str.json"), spec.nas_params)
+  _, block_specs = nas_params_lib.decode(spec.search_space, spec.nas_params)
+  result = training.train(training.TrainArgs(
+      model=binding.model, experiment=spec.experiment or binding.experiment,
+      config_files=spec.config_files, params_override=spec.params_override,
+      training_data_path=spec.training_data_path,
+      validation_data_path=spec.validation_data_path, dataset_dir=spec.dataset_dir,
+      model_dir=spec.trial_dir, extra_options=backbone_override(binding, block_specs)))
+  metrics = result["eval_metrics"]
+  if binding.metric not in metrics:
+    raise NascliError(f"trial {spec.trial_id}: evaluation gave no {binding.metric!r}")
+  accuracy = metrics[binding.metric]
+  params = model_dir_lib.load_params(spec.trial_dir)
+  checkpoint = tf.train.latest_checkpoint(spec.trial_dir)
+  saved_model = export_lib.export(params, checkpoint, os.path.join(spec.trial_dir, "export"),
+                                  input_type="image_tensor", overwrite=True)
+  timing = latency.measure_latency(saved_model, batch_sizes=(1,), runs=spec.latency_runs)
+  latency_ms = timing["batch"]["1"]["median_ms"]
+  model = task_factory.get_task(params.task).build_model()
+  analysis = {
+      "trial_id": spec.trial_id,
+      "accuracy": accuracy,
+      "accuracy_metric": binding.metric,
+      "latency_ms": latency_ms,
+      "reward": reward.compute(accuracy, latency_ms, spec.target_latency_ms,
+                               spec.latency_constraint, spec.latency_weight),
+      "params": train_utils.try_count_params(model),
+      "flops": train_utils.try_count_flops(model),
+      "eval_metrics": metrics,
+      "latency": timing,
+      "step": result["step"],
+      "seconds": result["wall_seconds"],
+  }
+  _write_json(os.path.join(spec.trial_dir, "model_analysis.json"), analysis)
+  job_status.write(spec.trial_dir, job_status.COMPLETED, step=result["step"],
+                   reward=analysis["reward"], accuracy=accuracy, latency_ms=latency_ms)
+  return analysis
+
+
+def main(argv: list[str]) -> int:
+  """Entry point of the trial process; the outcome goes to the trial dir, not only stdout."""
+  # pylint: disable=g-import-not-at-top
+  from nascli.app import _quiet_libraries
+  from tf_vision import job_status
+  from tf_vision.train_lib import NonFiniteLossError
+  _quiet_libraries()
+  with open(argv[0], encoding="utf-8") as f:
+    spec = TrialSpec(**json.load(f))
+  try:
+    run(spec)
+    return 0
+  except NonFiniteLossError as e:
+    job_status.write(spec.trial_dir, job_status.FAILED_WITH_NAN, reason=str(e))
+    print(f"Error: {e}", file=sys.stderr)
+    return 1
+  except Exception as e:  # pylint: disable=broad-except
+    # Any failure of one architecture (including out-of-memory) ends this trial, not the search.
+    reason = " ".join(f"{type(e).__name__}: {e}".split())[:500]
+    if os.environ.get("NASCLI_DEBUG") == "1":
+      traceback.print_exc()
+    status = job_status.read(spec.trial_dir) or {}
+    if status.get("status") != job_status.FAILED_WITH_NAN:
+      job_status.write(spec.trial_dir, job_status.FAILED, reason=reason)
+    print(f"Error: {reason}", file=sys.stderr)
+    return 1
+
+
+if __name__ == "__main__":
+  sys.exit(main(sys.argv[1:]))
