@@ -18,6 +18,7 @@ from official.vision.configs import decoders
 from official.vision.configs import image_classification as ic
 from official.vision.configs import retinanet as rn
 from official.vision.tasks import image_classification as ic_task
+from official.vision.tasks import retinanet as rn_task
 from tf_vision.configs import backbones as nascli_backbones
 from tf_vision.configs import optimization
 
@@ -42,6 +43,23 @@ class ImageClassificationTask(ic.ImageClassificationTask):
 task_factory.register_task_cls(ImageClassificationTask)(ic_task.ImageClassificationTask)
 
 
+@dataclasses.dataclass
+class RetinaNet(rn.RetinaNet):
+  """Model Garden's RetinaNet model config whose backbone one-of knows nascli's backbones."""
+  backbone: nascli_backbones.Backbone = dataclasses.field(
+      default_factory=lambda: nascli_backbones.Backbone(type="resnet",
+                                                        resnet=mg_backbones.ResNet()))
+
+
+@dataclasses.dataclass
+class RetinaNetTask(rn.RetinaNetTask):
+  """Model Garden's RetinaNet task config with nascli's wider RetinaNet model config."""
+  model: RetinaNet = dataclasses.field(default_factory=RetinaNet)
+
+
+task_factory.register_task_cls(RetinaNetTask)(rn_task.RetinaNetTask)
+
+
 def _widen(config: hyperparams.Config, wider_cls: type) -> hyperparams.Config:
   wider = wider_cls()
   wider.override(config.as_dict(), is_strict=True)
@@ -51,6 +69,11 @@ def _widen(config: hyperparams.Config, wider_cls: type) -> hyperparams.Config:
 @register_task_upgrade(ic.ImageClassificationTask)
 def _upgrade_classification(task: cfg.TaskConfig) -> cfg.TaskConfig:
   return _widen(task, ImageClassificationTask)
+
+
+@register_task_upgrade(rn.RetinaNetTask)
+def _upgrade_retinanet(task: cfg.TaskConfig) -> cfg.TaskConfig:
+  return _widen(task, RetinaNetTask)
 
 
 def upgrade(params: cfg.ExperimentConfig) -> cfg.ExperimentConfig:
@@ -138,3 +161,89 @@ def nascli_retinanet() -> cfg.ExperimentConfig:
       trainer=_trainer(train_steps=100, steps_per_loop=10, learning_rate=0.02),
       restrictions=["task.train_data.is_training != None",
                     "task.validation_data.is_training != None"])
+
+
+# NAS experiments (Vertex NAS `image_classification_nas` / `retinanet_nas`): the full-size
+# stage-1 bases that tf_vision/configs/experiments/*_search_*.yaml and the fast test YAMLs
+# override. The searched architecture arrives as backbone.<type>.block_specs_json; None builds
+# the fixed reference (MnasNet-A1 / SpineNet-49). No default data paths: give them per run.
+_NAS_RESTRICTIONS = ["task.train_data.is_training != None",
+                     "task.validation_data.is_training != None"]
+
+
+def _stepwise_trainer(train_steps: int, interval: int, validation_steps: int,
+                      boundaries: list[int], values: list[float],
+                      warmup_steps: int) -> cfg.TrainerConfig:
+  return cfg.TrainerConfig(
+      train_steps=train_steps,
+      steps_per_loop=interval,
+      summary_interval=interval,
+      checkpoint_interval=interval,
+      validation_interval=interval,
+      validation_steps=validation_steps,
+      optimizer_config=optimization.OptimizationConfig({
+          "optimizer": {"type": "sgd", "sgd": {"momentum": 0.9}},
+          "learning_rate": {"type": "stepwise", "stepwise": {
+              "boundaries": boundaries, "values": values}},
+          "warmup": {"type": "linear", "linear": {"warmup_steps": warmup_steps}},
+      }))
+
+
+@exp_factory.register_config_factory("nas_classification_tunable_mnasnet")
+def nas_classification_tunable_mnasnet() -> cfg.ExperimentConfig:
+  """Stage-1 MnasNet search trial on ImageNet: 10 epochs at batch 1024 (Vertex's base)."""
+  return cfg.ExperimentConfig(
+      runtime=cfg.RuntimeConfig(mixed_precision_dtype="float32"),
+      task=ImageClassificationTask(
+          model=nascli_backbones.ImageClassificationModel(
+              num_classes=1001,
+              input_size=[224, 224, 3],
+              backbone=nascli_backbones.Backbone(
+                  type="tunable_mnasnet",
+                  tunable_mnasnet=nascli_backbones.TunableMnasNet(endpoints_num_filters=256)),
+              dropout_rate=0.2,
+              norm_activation=common.NormActivation(
+                  norm_momentum=0.99, norm_epsilon=0.001, use_sync_bn=True)),
+          losses=ic.Losses(one_hot=True, label_smoothing=0.1),
+          train_data=ic.DataConfig(is_training=True, global_batch_size=1024),
+          validation_data=ic.DataConfig(is_training=False, global_batch_size=1024)),
+      trainer=_stepwise_trainer(
+          train_steps=12218, interval=1222, validation_steps=30,
+          boundaries=[3666, 6721, 9776], values=[0.064, 0.06208, 0.0602, 0.0584],
+          warmup_steps=611),
+      restrictions=list(_NAS_RESTRICTIONS))
+
+
+@exp_factory.register_config_factory("nas_retinanet_tunable_spinenet")
+def nas_retinanet_tunable_spinenet() -> cfg.ExperimentConfig:
+  """Stage-1 SpineNet search trial on COCO: RetinaNet, 512x512, 10 epochs at batch 64."""
+  return cfg.ExperimentConfig(
+      runtime=cfg.RuntimeConfig(mixed_precision_dtype="float32"),
+      task=RetinaNetTask(
+          model=RetinaNet(
+              num_classes=91,
+              input_size=[512, 512, 3],
+              min_level=3,
+              max_level=7,
+              backbone=nascli_backbones.Backbone(
+                  type="tunable_spinenet",
+                  tunable_spinenet=nascli_backbones.TunableSpineNet(
+                      init_stochastic_depth_rate=0.2, filter_size_scale=0.5,
+                      resample_alpha=0.25, endpoints_num_filters=64, min_level=3,
+                      max_level=7)),
+              decoder=decoders.Decoder(type="identity", identity=decoders.Identity()),
+              head=rn.RetinaNetHead(num_filters=64),
+              anchor=rn.Anchor(anchor_size=3),
+              norm_activation=common.NormActivation(
+                  norm_momentum=0.997, norm_epsilon=1e-4, use_sync_bn=True,
+                  activation="relu")),
+          losses=rn.Losses(l2_weight_decay=4e-5),
+          train_data=rn.DataConfig(
+              is_training=True, global_batch_size=64, dtype="float32",
+              parser=rn.Parser(aug_rand_hflip=True, aug_scale_min=0.5, aug_scale_max=2.0)),
+          validation_data=rn.DataConfig(is_training=False, global_batch_size=64,
+                                        dtype="float32", drop_remainder=False)),
+      trainer=_stepwise_trainer(
+          train_steps=17330, interval=1733, validation_steps=116,
+          boundaries=[13864], values=[0.08, 0.008], warmup_steps=500),
+      restrictions=list(_NAS_RESTRICTIONS))
