@@ -29,11 +29,14 @@ def add_command(fn: Callable, name: str) -> None:
 
 def _register_commands() -> None:
   # pylint: disable=g-import-not-at-top
-  from nascli.commands import convert_data, eval as eval_command, export, train
+  from nascli.commands import convert_data, eval as eval_command, export, list_trials
+  from nascli.commands import search_in_local, train
   add_command(convert_data.convert_data, "convert-data")
   add_command(train.train, "train")
   add_command(eval_command.evaluate, "eval")
   add_command(export.export, "export")
+  add_command(search_in_local.search_in_local, "search_in_local")
+  add_command(list_trials.list_trials, "list_trials")
 
 
 _register_commands()
@@ -55,9 +58,29 @@ def _quiet_libraries() -> None:
     pass
 
 
+# Options that take several values after one flag, as Vertex's argparse `nargs="*"` did.
+_MULTI_VALUE_OPTIONS = ("--search_docker_flags", "--search-docker-flags")
+
+
+def _expand_multi_value(argv: list[str]) -> list[str]:
+  """`--search_docker_flags a=1 b=2` -> `--search_docker_flags a=1 --search_docker_flags b=2`."""
+  out, current = [], None
+  for token in argv:
+    if token in _MULTI_VALUE_OPTIONS:
+      current = token
+      continue
+    if current and not token.startswith("-"):
+      out += [current, token]
+      continue
+    current = None
+    out.append(token)
+  return out
+
+
 def main(argv: list[str] | None = None) -> int:
   """Entry point of the console script and `python -m nascli`; returns the exit code."""
   _quiet_libraries()
+  argv = _expand_multi_value(list(sys.argv[1:] if argv is None else argv))
   debug = os.environ.get("NASCLI_DEBUG") == "1"
   try:
     # Standalone mode lets Typer print usage errors itself (exit code 2); what it does not handle

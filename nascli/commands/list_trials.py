@@ -1,0 +1,113 @@
+"""`nascli list_trials JOB_DIR`: the trials of a search job, best reward first (or JSON).
+
+Read-only: it replays the journal and reads the trial folders, so it works on a running search
+(and on a copy of a job dir) without touching what the search writes.
+"""
+
+import json
+import os
+from pathlib import Path
+from typing import Annotated, Any, Optional, Sequence
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from nascli.commands.options import flag
+from nascli.errors import NascliError
+
+STATUS_HELP = ("Only trials with this status: completed, failed, failed_with_nan, infeasible,"
+               " running, pending (repeatable or comma-separated).")
+COLUMNS = ("trial_id", "status", "reward", "accuracy", "latency_ms", "params", "flops",
+           "seconds")
+
+
+def list_trials(
+    job_dir: Annotated[Path, typer.Argument(
+        metavar="JOB_DIR", help="The search job dir (search_in_local's --local_output_dir).",
+        show_default=False)],
+    max_trials: Annotated[Optional[int], typer.Option(
+        *flag("max_trials"), min=1, help="Show only the N best trials.")] = None,
+    status: Annotated[Optional[list[str]], typer.Option(*flag("status"), help=STATUS_HELP)]
+    = None,
+    as_json: Annotated[bool, typer.Option(*flag("json"), help="Print the trials as JSON.")]
+    = False,
+) -> None:
+  """List the trials of a search job, sorted by reward (best first)."""
+  # pylint: disable=g-import-not-at-top
+  from nascli.search import journal as journal_lib
+  from nascli.search import results
+  wanted = _statuses(status or [], journal_lib.FINAL_STATUSES + (journal_lib.RUNNING,
+                                                               journal_lib.PENDING))
+  if not os.path.isfile(job_dir / journal_lib.JOURNAL_NAME):
+    raise NascliError(f"{job_dir} is not a nascli search job (no {journal_lib.JOURNAL_NAME})")
+  state = journal_lib.replay(journal_lib.Journal.in_dir(job_dir).events())
+  all_rows = results.trial_rows(job_dir, state)
+  rows = results.sort_by_reward(r for r in all_rows if not wanted or r["status"] in wanted)
+  if max_trials is not None:
+    rows = rows[:max_trials]
+  if as_json:
+    print(json.dumps(rows, indent=2))
+    return
+  out = Console()
+  if not out.is_terminal:
+    out.width = max(out.width, 140)  # Piped output: no squeezed or cut columns.
+  # The summary is a line of its own: as the table's title, Rich would wrap it to the table.
+  out.print(_summary(job_dir, all_rows, len(rows)), soft_wrap=True, highlight=False,
+            markup=False)
+  out.print(trials_table(rows))
+
+
+def _statuses(given: Sequence[str], known: Sequence[str]) -> set[str]:
+  wanted = {s.strip() for item in given for s in item.split(",") if s.strip()}
+  unknown = sorted(wanted - set(known))
+  if unknown:
+    raise typer.BadParameter(f"unknown status {', '.join(map(repr, unknown))}; known:"
+                             f" {', '.join(known)}", param_hint="'--status'")
+  return wanted
+
+
+def _summary(job_dir: Path, all_rows: Sequence[dict], shown: int) -> str:
+  counts: dict[str, int] = {}
+  for row in all_rows:
+    counts[row["status"]] = counts.get(row["status"], 0) + 1
+  summary = ", ".join(f"{n} {s}" for s, n in counts.items()) or "no trials yet"
+  title = f"{job_dir}: {summary}"
+  if shown != len(all_rows):
+    title += f" (showing {shown})"
+  return title
+
+
+def _fmt(column: str, value: Any) -> str:
+  if value is None:
+    return "-"
+  if column in ("reward", "accuracy"):
+    return f"{value:.4f}"
+  if column == "latency_ms":
+    return f"{value:.3f}"
+  if column == "params":
+    return f"{value:,.0f}"
+  if column == "flops":
+    return _si(value)
+  if column == "seconds":
+    return f"{value:.1f}"
+  return str(value)
+
+
+def _si(value: float) -> str:
+  """1234567 -> 1.23M: FLOPs span orders of magnitude, their leading digits matter."""
+  for unit, scale in (("T", 1e12), ("G", 1e9), ("M", 1e6), ("K", 1e3)):
+    if abs(value) >= scale:
+      return f"{value / scale:.3g}{unit}"
+  return f"{value:.3g}"
+
+
+def trials_table(rows: Sequence[dict], title: Optional[str] = None) -> Table:
+  """The trial rows (`nascli.search.results.trial_rows`) as a Rich table, in the given order."""
+  table = Table(title=title, title_justify="left")
+  for column in COLUMNS:
+    numeric = column not in ("trial_id", "status")
+    table.add_column(column, justify="right" if numeric else "left", no_wrap=True)
+  for row in rows:
+    table.add_row(*(_fmt(c, row.get(c)) for c in COLUMNS))
+  return table

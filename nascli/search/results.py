@@ -1,0 +1,443 @@
+"""What a search produced, derived from its journal: trial tables, a progress plot, HParams.
+
+Everything here is rebuilt from the journal's `JobState` plus each completed trial's
+`model_analysis.json`, and every file appears whole (written aside, then renamed), so a reader
+(`nascli list_trials`, TensorBoard, a spreadsheet) never sees half a table and a killed search
+leaves nothing that looks complete but is not.
+
+HParams event files are written with TensorBoard's own protos and record writer instead of
+`tf.summary`: the search process that hands GPUs to its trials must not load TensorFlow (10 s)
+or start a TensorFlow runtime, which would claim the memory of every visible GPU.
+"""
+
+from __future__ import annotations
+
+import ast
+import contextlib
+import csv
+import datetime
+import io
+import json
+import logging
+import math
+import os
+import re
+import shutil
+import socket
+import tempfile
+import time
+from typing import Any, Iterable, Mapping, Sequence
+
+from nascli.search.journal import COMPLETED
+from nascli.search.journal import FAILED_STATUSES
+from nascli.search.journal import JobState
+
+logger = logging.getLogger(__name__)
+
+# Columns of trials.json items and trials.csv, in this order.
+COLUMNS = ('trial_id', 'status', 'reward', 'accuracy', 'latency_ms', 'flops', 'params',
+           'seconds', 'nas_params', 'trial_dir')
+# Columns a trial measures; the journal's `completed` metrics win over model_analysis.json.
+MEASURED = ('accuracy', 'latency_ms', 'flops', 'params', 'seconds')
+TABLE_JSON = 'trials.json'
+TABLE_CSV = 'trials.csv'
+PROGRESS_PLOT = 'search_progress.png'
+HPARAMS_DIR = 'hparams'
+HPARAM_METRICS = ('reward', 'accuracy', 'latency_ms')
+ANALYSIS_NAME = 'model_analysis.json'
+
+_TMP_SUFFIX = '.tmp'
+# A nas_params value: "<index>/<num_candidates> (<literal>)", the literal part optional.
+_VALUE_RE = re.compile(r'(\d+)/(\d+)(?: \((.*)\))?', re.S)
+
+
+# --------------------------------------------------------------------------- rows
+
+
+def trial_rows(job_dir: str | os.PathLike[str], state: JobState) -> list[dict[str, Any]]:
+  """One row per proposed trial, in proposal order (the columns of `COLUMNS`).
+
+  The journal decides status and reward; a completed trial's measurements come from its
+  `completed` metrics, then from its model_analysis.json. A trial that is not completed gets
+  no reward and none of a model_analysis.json left by an attempt the journal never recorded
+  (it runs again on resume). `seconds` is the trial's own measurement, else the journal's
+  start-to-finish time of its last attempt (so failed trials show how long they ran).
+  """
+  job_dir = os.path.abspath(os.fspath(job_dir))
+  rows = []
+  for trial_id, proposal in state.proposals.items():
+    status = state.status[trial_id]
+    trial_dir = os.path.join(job_dir, trial_id)
+    completed = status == COMPLETED
+    journaled = state.metrics.get(trial_id, {}) if completed else {}
+    analysis = _read_analysis(trial_dir, trial_id) if completed else {}
+    row: dict[str, Any] = {
+        'trial_id': trial_id,
+        'status': status,
+        'reward': _number(state.rewards.get(trial_id)) if completed else None,
+    }
+    for key in MEASURED:
+      value = _number(journaled.get(key))
+      row[key] = value if value is not None else _number(analysis.get(key))
+    if row['seconds'] is None:
+      row['seconds'] = _elapsed(state.started_time.get(trial_id),
+                                state.finished_time.get(trial_id))
+    row['nas_params'] = dict(proposal.nas_params)
+    row['trial_dir'] = trial_dir
+    rows.append({key: row[key] for key in COLUMNS})
+  return rows
+
+
+def sort_by_reward(rows: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
+  """Best reward first; trials without a reward after them, all ties in trial order."""
+  rows = [dict(r) for r in rows]
+  rewarded = [r for r in rows if r.get('reward') is not None]
+  rewarded.sort(key=lambda r: -r['reward'])  # A stable sort keeps trial order on ties.
+  return rewarded + [r for r in rows if r.get('reward') is None]
+
+
+def _read_analysis(trial_dir: str, trial_id: str) -> dict[str, Any]:
+  """The trial's model_analysis.json; {} (with a warning) when unreadable or another trial's."""
+  path = os.path.join(trial_dir, ANALYSIS_NAME)
+  try:
+    with open(path, encoding='utf-8') as f:
+      data = json.load(f)
+  except FileNotFoundError:
+    return {}
+  except (OSError, ValueError) as e:
+    logger.warning('ignoring %s: %s', path, ' '.join(str(e).split()))
+    return {}
+  if not isinstance(data, dict):
+    logger.warning('ignoring %s: not a JSON object', path)
+    return {}
+  if 'trial_id' in data and str(data['trial_id']) != trial_id:
+    logger.warning('ignoring %s: it is trial %s\'s, not trial %s\'s', path, data['trial_id'],
+                   trial_id)
+    return {}
+  return data
+
+
+def _number(value: Any) -> int | float | None:
+  """A finite number, else None: JSON has no NaN and a NaN sorts nowhere."""
+  if isinstance(value, bool) or not isinstance(value, (int, float)):
+    return None
+  if isinstance(value, float) and not math.isfinite(value):
+    return None
+  return value
+
+
+def _parse_time(text: Any) -> datetime.datetime | None:
+  if not isinstance(text, str):
+    return None
+  try:
+    return datetime.datetime.fromisoformat(text.replace('Z', '+00:00'))
+  except ValueError:
+    return None
+
+
+def _elapsed(start: Any, end: Any) -> float | None:
+  begin, finish = _parse_time(start), _parse_time(end)
+  if begin is None or finish is None or finish < begin:
+    return None
+  return round((finish - begin).total_seconds(), 3)
+
+
+# --------------------------------------------------------------------------- files
+
+
+def _atomic_write(path: str, data: bytes) -> None:
+  """Writes `path` aside, fsyncs and renames it: readers see the old file or the new one."""
+  directory = os.path.dirname(path) or '.'
+  fd, tmp = tempfile.mkstemp(dir=directory, prefix=f'.{os.path.basename(path)}.',
+                             suffix=_TMP_SUFFIX)
+  try:
+    with os.fdopen(fd, 'wb') as f:
+      f.write(data)
+      f.flush()
+      os.fsync(f.fileno())
+    os.chmod(tmp, 0o644)  # mkstemp's 0600 would hide the results from other users.
+    os.replace(tmp, path)
+  except BaseException:
+    with contextlib.suppress(OSError):
+      os.remove(tmp)
+    raise
+
+
+def _csv_cell(value: Any) -> Any:
+  if value is None:
+    return ''
+  if isinstance(value, dict):
+    return json.dumps(value, separators=(',', ':'))
+  return value
+
+
+def write_tables(job_dir: str | os.PathLike[str], rows: Sequence[Mapping[str, Any]]) -> None:
+  """`trials.json` (a list of rows) and `trials.csv` (nas_params as a JSON string)."""
+  job_dir = os.fspath(job_dir)
+  _remove_leftovers(job_dir, TABLE_JSON, TABLE_CSV)
+  text = json.dumps([dict(r) for r in rows], indent=2, allow_nan=False) + '\n'
+  _atomic_write(os.path.join(job_dir, TABLE_JSON), text.encode('utf-8'))
+  buffer = io.StringIO()
+  writer = csv.DictWriter(buffer, fieldnames=COLUMNS, lineterminator='\n')
+  writer.writeheader()
+  for row in rows:
+    writer.writerow({key: _csv_cell(row.get(key)) for key in COLUMNS})
+  _atomic_write(os.path.join(job_dir, TABLE_CSV), buffer.getvalue().encode('utf-8'))
+
+
+def _trial_numbers(rows: Sequence[Mapping[str, Any]]) -> list[int]:
+  """x positions: the integer trial ids, or 1, 2, ... when some id is not an integer."""
+  ids = [str(r['trial_id']) for r in rows]
+  if all(t.isdigit() for t in ids):
+    return [int(t) for t in ids]
+  return list(range(1, len(ids) + 1))
+
+
+def write_progress_plot(job_dir: str | os.PathLike[str],
+                        rows: Sequence[Mapping[str, Any]]) -> None:
+  """`search_progress.png`: each completed trial's reward, the best so far, failed trials."""
+  # pylint: disable=g-import-not-at-top
+  # Figure + the Agg canvas directly, not pyplot: no global backend switch, no GUI, no state
+  # shared with whoever else in the process plots.
+  from matplotlib.backends.backend_agg import FigureCanvasAgg
+  from matplotlib.figure import Figure
+  from matplotlib.ticker import MaxNLocator
+  job_dir = os.fspath(job_dir)
+  _remove_leftovers(job_dir, PROGRESS_PLOT)
+  xs = _trial_numbers(rows)
+  done = [(x, r['reward']) for x, r in zip(xs, rows)
+          if r['status'] == COMPLETED and r.get('reward') is not None]
+  failed = [x for x, r in zip(xs, rows) if r['status'] in FAILED_STATUSES]
+
+  fig = Figure(figsize=(8, 4.5), dpi=100)
+  FigureCanvasAgg(fig)
+  ax = fig.add_subplot()
+  name = os.path.basename(os.path.abspath(job_dir))
+  if done:
+    dx, dy = zip(*done)
+    ax.scatter(dx, dy, s=22, color='tab:blue', zorder=3, label='reward')
+    best, step_x, step_y = -math.inf, [], []
+    for x, y in done:
+      best = max(best, y)
+      step_x.append(x)
+      step_y.append(best)
+    last = max([x for x, _ in done] + failed)
+    if last > step_x[-1]:  # Carry the best on to the latest finished trial.
+      step_x.append(last)
+      step_y.append(step_y[-1])
+    ax.step(step_x, step_y, where='post', color='tab:orange', label='best so far')
+    top = max(done, key=lambda d: d[1])
+    top_id = rows[xs.index(top[0])]['trial_id']
+    title = f'{name}: best reward {top[1]:.4g} (trial {top_id})'
+  else:
+    ax.text(0.5, 0.5, 'no completed trial yet', transform=ax.transAxes, ha='center',
+            va='center', color='gray')
+    title = f'{name}: no completed trial yet'
+  if failed:
+    # Failed trials have no reward: mark them along the bottom edge at their trial number.
+    ax.scatter(failed, [0.03] * len(failed), transform=ax.get_xaxis_transform(), marker='x',
+               color='tab:red', zorder=3, clip_on=False, label=f'failed ({len(failed)})')
+  ax.set_title(f'{title}, {len(done)} completed, {len(failed)} failed', fontsize=10)
+  ax.set_xlabel('trial')
+  ax.set_ylabel('reward')
+  ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+  ax.grid(alpha=0.3)
+  if done or failed:
+    ax.legend(loc='lower right', fontsize=8)
+  fig.tight_layout()
+  buffer = io.BytesIO()
+  fig.savefig(buffer, format='png')
+  _atomic_write(os.path.join(job_dir, PROGRESS_PLOT), buffer.getvalue())
+
+
+# --------------------------------------------------------------------------- HParams
+
+
+def hparam_value(value: Any) -> str:
+  """A decision's value as one HParams string: "1/3 (3)" -> "3", "0/2 ('conv')" -> "conv".
+
+  Always a string, so that one hparam never mixes types (which turns TensorBoard's column into
+  text or drops trials); also applied to a space's candidate literals (3, "'conv'") so the
+  domain and the values match.
+  """
+  if not isinstance(value, str):
+    return str(value)
+  text = value
+  match = _VALUE_RE.fullmatch(value.strip())
+  if match and match.group(3) is not None:
+    text = match.group(3)
+  try:
+    literal = ast.literal_eval(text)
+  except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
+    return text
+  return literal if isinstance(literal, str) else text
+
+
+def decision_domains(space: Any) -> dict[str, list[str]]:
+  """{decision key: every candidate as an HParams string} of a pyglove space or DNASpec.
+
+  Pass this to `write_hparams`/`update_all` so that TensorBoard's HParams domains list every
+  candidate, not only those the first trials happened to pick. Float decisions
+  (`pg.floatv`) have no finite candidate list and are left out.
+  """
+  import pyglove as pg  # pylint: disable=g-import-not-at-top
+  spec = space if isinstance(space, pg.DNASpec) else pg.dna_spec(space)
+  domains = {}
+  for point in spec.decision_points:
+    literals = getattr(point, 'literal_values', None)
+    if literals:
+      domains[str(point.id)] = [hparam_value(v) for v in literals]
+  return domains
+
+
+def run_name(trial_id: str) -> str:
+  """A trial's HParams folder: `trial-0007` (zero-padded, so TensorBoard lists runs in order)."""
+  return f'trial-{int(trial_id):04d}' if trial_id.isdigit() else f'trial-{trial_id}'
+
+
+def _hparam_domains(decisions: Sequence[str] | Mapping[str, Sequence[str]],
+                    rows: Sequence[Mapping[str, Any]]) -> dict[str, list[str] | None]:
+  """Each hparam's discrete values: the given candidates plus any value a trial used.
+
+  TensorBoard's HParams UI filters trials by the checked values of a discrete domain, so a
+  domain missing a value hides every trial that used it: a key given without candidates (or
+  one only some trials have) gets no domain (None) instead of a partial one.
+  """
+  given = decisions if isinstance(decisions, Mapping) else dict.fromkeys(decisions)
+  domains: dict[str, list[str] | None] = {}
+  for key, candidates in given.items():
+    domains[str(key)] = (list(dict.fromkeys(hparam_value(v) for v in candidates))
+                         if candidates else None)
+  for row in rows:
+    for key, value in (row.get('nas_params') or {}).items():
+      values = domains.setdefault(key, None)
+      if values is not None and hparam_value(value) not in values:
+        values.append(hparam_value(value))
+  return domains
+
+
+def _event_file_bytes(summaries: Sequence[Any], wall_time: float) -> bytes:
+  """An event file holding `summaries` at step 0, as `tf.summary` would write it."""
+  # pylint: disable=g-import-not-at-top
+  from tensorboard.compat.proto import event_pb2
+  from tensorboard.summary.writer.record_writer import RecordWriter
+  buffer = io.BytesIO()
+  writer = RecordWriter(buffer)
+  writer.write(event_pb2.Event(
+      wall_time=wall_time, file_version='brain.Event:2',
+      source_metadata=event_pb2.SourceMetadata(writer='nascli')).SerializeToString())
+  for summary in summaries:
+    writer.write(event_pb2.Event(wall_time=wall_time, step=0,
+                                 summary=summary).SerializeToString())
+  return buffer.getvalue()
+
+
+def _event_file_name(wall_time: float) -> str:
+  return f'events.out.tfevents.{int(wall_time):010d}.{socket.gethostname()}.{os.getpid()}.nascli'
+
+
+def _has_event_file(directory: str) -> bool:
+  with contextlib.suppress(FileNotFoundError):
+    return any('tfevents' in name and not name.startswith('.') for name in os.listdir(directory))
+  return False
+
+
+def _remove_leftovers(directory: str, *names: str) -> None:
+  """Temporary files and folders of a writer killed mid-write (of `names` only, if given)."""
+  prefixes = tuple(f'.{n}.' for n in names) or ('.',)
+  with contextlib.suppress(FileNotFoundError):
+    for name in os.listdir(directory):
+      if name.startswith(prefixes) and name.endswith(_TMP_SUFFIX):
+        path = os.path.join(directory, name)
+        if os.path.isdir(path) and not os.path.islink(path):
+          shutil.rmtree(path, ignore_errors=True)
+        else:
+          with contextlib.suppress(OSError):
+            os.remove(path)
+
+
+def _write_run(root: str, name: str, summaries: Sequence[Any]) -> bool:
+  """Creates `root/name/` holding one event file, whole or not at all; False if it exists."""
+  tmp = tempfile.mkdtemp(dir=root, prefix=f'.{name}.', suffix=_TMP_SUFFIX)
+  try:
+    now = time.time()
+    _atomic_write(os.path.join(tmp, _event_file_name(now)), _event_file_bytes(summaries, now))
+    os.chmod(tmp, 0o755)
+    try:
+      os.rename(tmp, os.path.join(root, name))
+    except OSError:
+      if os.path.isdir(os.path.join(root, name)):
+        return False  # Another writer got there first; its folder is complete too.
+      raise
+  finally:
+    if os.path.isdir(tmp):
+      shutil.rmtree(tmp, ignore_errors=True)
+  return True
+
+
+def write_hparams(job_dir: str | os.PathLike[str], rows: Sequence[Mapping[str, Any]],
+                  decision_keys: Sequence[str] | Mapping[str, Sequence[str]],
+                  written: set[str] | None = None) -> set[str]:
+  """TensorBoard HParams of the search, in the shape of Optuna's TensorBoardCallback.
+
+  `JOB_DIR/hparams/` holds the experiment config (every decision as a string hparam; metrics
+  reward, accuracy, latency_ms), written once; each completed trial gets its own run,
+  `hparams/trial-0007/`, written once with `hparams(values, trial_id="7")` and its metrics
+  as scalars at step 0. A run folder appears only when complete, so its presence is what
+  says a trial is written and a resumed search never writes it twice.
+
+  Args:
+    job_dir: The search job dir.
+    rows: `trial_rows(...)`.
+    decision_keys: The decisions: their keys, or {key: candidate values} (see
+      `decision_domains`), which gives each hparam a discrete domain with every candidate.
+      With keys only, a domain is left open: one made of the values seen so far would hide
+      later trials that use other values in TensorBoard.
+    written: Trial ids already written, kept by the caller across calls; updated in place.
+
+  Returns:
+    The trial ids whose runs exist now (`written`, updated).
+  """
+  # pylint: disable=g-import-not-at-top
+  # summary_v2 is the module `tensorboard.plugins.hparams.api` re-exports; the api module
+  # itself imports TensorFlow (for its Keras callback).
+  from tensorboard.plugins.hparams import summary_v2 as hp
+  from tensorboard.plugins.scalar import summary_v2 as scalar_summary
+  root = os.path.join(os.fspath(job_dir), HPARAMS_DIR)
+  os.makedirs(root, exist_ok=True)
+  _remove_leftovers(root)
+  written = set() if written is None else written
+
+  if not _has_event_file(root):
+    domains = _hparam_domains(decision_keys, rows)
+    config = hp.hparams_config_pb(
+        hparams=[hp.HParam(key, hp.Discrete(values) if values else None)
+                 for key, values in domains.items()],
+        metrics=[hp.Metric(name) for name in HPARAM_METRICS])
+    now = time.time()
+    _atomic_write(os.path.join(root, _event_file_name(now)), _event_file_bytes([config], now))
+
+  for row in rows:
+    trial_id = str(row['trial_id'])
+    if row['status'] != COMPLETED or row.get('reward') is None or trial_id in written:
+      continue
+    name = run_name(trial_id)
+    if not os.path.isdir(os.path.join(root, name)):
+      values = {str(k): hparam_value(v) for k, v in (row.get('nas_params') or {}).items()}
+      summaries = [hp.hparams_pb(values, trial_id=trial_id)]
+      summaries += [scalar_summary.scalar_pb(metric, row[metric])
+                    for metric in HPARAM_METRICS if row.get(metric) is not None]
+      _write_run(root, name, summaries)
+    written.add(trial_id)
+  return written
+
+
+def update_all(job_dir: str | os.PathLike[str], state: JobState,
+               decision_keys: Sequence[str] | Mapping[str, Sequence[str]],
+               written: set[str] | None = None) -> list[dict[str, Any]]:
+  """Rewrites every derived output of the job from `state`; returns the rows."""
+  rows = trial_rows(job_dir, state)
+  write_tables(job_dir, rows)
+  write_progress_plot(job_dir, rows)
+  write_hparams(job_dir, rows, decision_keys, written)
+  return rows

@@ -1,0 +1,110 @@
+"""search_in_local for real on CPU: trials, outputs, list_trials, kill/resume, NaN failures."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from conftest import nascli_subprocess
+
+SHORT = "trainer.train_steps=20,trainer.steps_per_loop=10,trainer.checkpoint_interval=10"
+
+
+@pytest.fixture(scope="module")
+def cache(tmp_path_factory):
+  return str(tmp_path_factory.mktemp("nascli_cache"))
+
+
+def _search(job_dir, cache, *extra):
+  return nascli_subprocess("search_in_local", "--prebuilt_search_space", "mnasnet",
+                           "--local_output_dir", job_dir, "--seed", "7",
+                           "--target_device_latency_ms", "2", *extra,
+                           env={"NASCLI_CACHE_DIR": cache})
+
+
+def _events(job_dir):
+  with open(os.path.join(job_dir, "journal.jsonl"), encoding="utf-8") as f:
+    return [json.loads(line) for line in f if line.strip()]
+
+
+def test_three_trial_search_records_everything(cache, tmp_path):
+  job = tmp_path / "job"
+  proc = _search(job, cache, "--max_nas_trial", "3", "--search_docker_flags",
+                 f"params_override={SHORT}", "--json")
+  assert proc.returncode == 0, proc.stderr[-2000:]
+  rows = json.loads(proc.stdout)
+  assert [r["trial_id"] for r in rows] == ["1", "2", "3"]
+  assert all(r["status"] == "completed" for r in rows)
+  assert len({json.dumps(r["nas_params"], sort_keys=True) for r in rows}) == 3
+  for r in rows:
+    assert 0.0 <= r["accuracy"] <= 1.0 and r["latency_ms"] > 0
+    assert r["reward"] == pytest.approx(r["accuracy"] * (2.0 / r["latency_ms"]) ** 0.07)
+    trial = job / r["trial_id"]
+    for name in ("nas_params_str.json", "params.yaml", "model_analysis.json", "job_status.json"):
+      assert (trial / name).exists(), name
+    assert json.loads((trial / "nas_params_str.json").read_text()) == r["nas_params"]
+  assert (job / "search_progress.png").stat().st_size > 5000
+  assert len(json.loads((job / "trials.json").read_text())) == 3
+  assert sorted(p for p in os.listdir(job / "hparams") if p.startswith("trial-")) == [
+      "trial-0001", "trial-0002", "trial-0003"]
+  listed = nascli_subprocess("list_trials", job, "--json")
+  rewards = [r["reward"] for r in json.loads(listed.stdout)]
+  assert rewards == sorted(rewards, reverse=True) and len(rewards) == 3
+  # Same seed, same proposals: the first proposal of a fresh job equals this job's.
+  again = _events(job)
+  assert [e["dna"] for e in again if e["event"] == "proposed"][0] is not None
+
+
+def test_killed_search_resumes_to_exactly_max_trials(cache, tmp_path):
+  job = tmp_path / "job"
+  args = [sys.executable, "-m", "nascli", "search_in_local", "--prebuilt_search_space",
+          "mnasnet", "--local_output_dir", str(job), "--seed", "3", "--max_nas_trial", "3",
+          "--params_override", SHORT]
+  env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", NASCLI_CACHE_DIR=cache)
+  driver = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
+  deadline = time.monotonic() + 600
+  while time.monotonic() < deadline and driver.poll() is None:
+    started = [e for e in _events(job)] if (job / "journal.jsonl").exists() else []
+    if any(e["event"] == "started" and e["trial_id"] == "2" for e in started):
+      time.sleep(3)  # trial 2 is running
+      break
+    time.sleep(0.5)
+  driver.send_signal(signal.SIGKILL)
+  driver.wait()
+  before = _events(job)
+  assert any(e["event"] == "completed" and e["trial_id"] == "1" for e in before)
+  assert not any(e["event"] in ("completed", "failed") and e["trial_id"] == "2" for e in before)
+  interrupted_dna = next(e["dna"] for e in before if e["event"] == "proposed"
+                         and e["trial_id"] == "2")
+  resumed = subprocess.run(args + ["--json"], capture_output=True, text=True, env=env,
+                           timeout=900, check=False)
+  assert resumed.returncode == 0, resumed.stderr[-2000:]
+  assert "re-running interrupted trial(s) 2" in resumed.stderr
+  events = _events(job)
+  proposed = [e for e in events if e["event"] == "proposed"]
+  assert [e["trial_id"] for e in proposed] == ["1", "2", "3"]  # no duplicate ids
+  assert [e["trial_id"] for e in events if e["event"] == "completed"] == ["1", "2", "3"]
+  starts_of_2 = [e for e in events if e["event"] == "started" and e["trial_id"] == "2"]
+  assert [e["attempt"] for e in starts_of_2] == [1, 2]
+  assert proposed[1]["dna"] == interrupted_dna
+  assert len({tuple(e["dna"]) for e in proposed}) == 3
+
+
+def test_nan_trials_are_recorded_and_the_failure_limit_stops_the_search(cache, tmp_path):
+  job = tmp_path / "job"
+  proc = _search(job, cache, "--max_nas_trial", "3", "--max_failed_nas_trial", "0",
+                 "--params_override",
+                 "trainer.train_steps=20,trainer.steps_per_loop=5,"
+                 "trainer.optimizer_config.learning_rate.cosine.initial_learning_rate=1e12,"
+                 "trainer.optimizer_config.warmup.type=null")
+  assert proc.returncode == 1
+  assert proc.stderr.strip().splitlines()[-1] == (
+      "Error: search stopped: 1 failed trials exceed --max_failed_nas_trial 0")
+  failed = [e for e in _events(job) if e["event"] == "failed"]
+  assert [(e["trial_id"], e["status"]) for e in failed] == [("1", "failed_with_nan")]
+  assert "training loss is" in failed[0]["reason"]
+  assert json.loads((job / "1" / "job_status.json").read_text())["status"] == "failed_with_nan"
