@@ -43,8 +43,9 @@ def read_run_info(model_dir: str) -> dict:
 def write_run_info(model_dir: str, info: dict) -> None:
   tf.io.gfile.makedirs(model_dir)
   path = os.path.join(model_dir, RUN_INFO_FILE)
-  with open(path + ".tmp", "w", encoding="utf-8") as f:
+  tmp = f"{path}.{os.getpid()}.tmp"  # Workers sharing a model dir each write it whole.
+  with open(tmp, "w", encoding="utf-8") as f:
     json.dump(info, f, indent=2)
-  os.replace(path + ".tmp", path)
+  os.replace(tmp, path)
 
 

@@ -60,7 +60,7 @@ def build(file_pattern: str, class_names: dict[int, str] | None = None) -> dict:
 def write(file_pattern: str, path: str, class_names: dict[int, str] | None = None) -> str:
   """Writes the ground truth atomically; returns its path."""
   data = build(file_pattern, class_names)
-  tmp = path + ".tmp"
+  tmp = f"{path}.{os.getpid()}.tmp"  # Workers sharing a model dir each write it whole.
   with open(tmp, "w", encoding="utf-8") as f:
     json.dump(data, f)
   os.replace(tmp, path)
