@@ -107,7 +107,7 @@ class LoopAction:
 
   def __init__(self, global_step: tf.Variable, step_log: StepLog, total_steps: int,
                global_batch_size: int, model_dir: str, on_loop: Callable[[LoopReport], None],
-               write_files: bool):
+               write_files: bool, loss_upper_bound: float | None = None):
     self.global_step = global_step
     self.step_log = step_log
     self.total_steps = total_steps
@@ -115,6 +115,7 @@ class LoopAction:
     self.metrics_path = os.path.join(model_dir, METRICS_FILE)
     self.on_loop = on_loop
     self.write_files = write_files
+    self.loss_upper_bound = loss_upper_bound
     self._last = (int(global_step.numpy()), time.monotonic())
 
   def __call__(self, output: dict) -> None:
@@ -123,6 +124,11 @@ class LoopAction:
     if loss is None or not math.isfinite(loss):
       raise NonFiniteLossError(f"training loss is {loss} at step {step}: stopping (lower the"
                                " learning rate, or check the data)")
+    if self.loss_upper_bound and loss > self.loss_upper_bound:
+      # Model Garden's own recovery action would raise a bare RuntimeError here.
+      raise NonFiniteLossError(f"training loss is {loss:.4g} at step {step}, above"
+                               f" trainer.loss_upper_bound {self.loss_upper_bound:g}: diverged,"
+                               " stopping (lower the learning rate)")
     last_step, last_time = self._last
     now = time.monotonic()
     rate = (step - last_step) / max(now - last_time, 1e-9)
@@ -197,7 +203,8 @@ def run(params: cfg.ExperimentConfig, model_dir: str, strategy: tf.distribute.St
                           eval_actions=None, controller_cls=orbit.Controller,
                           enable_async_checkpointing=False):
       action = LoopAction(self.trainer.global_step, step_log, params.trainer.train_steps,
-                          params.task.train_data.global_batch_size, model_dir, on_loop, chief)
+                          params.task.train_data.global_batch_size, model_dir, on_loop, chief,
+                          params.trainer.loss_upper_bound)
       return super()._build_controller(
           trainer, evaluator, save_summary=save_summary,
           train_actions=[action] + list(train_actions or []), eval_actions=eval_actions,

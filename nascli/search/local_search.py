@@ -208,8 +208,11 @@ class LocalSearch:
         free = [None] * a.max_parallel_nas_trial
       running: dict[str, _Running] = {}
       stop_reason = None
-      with Live(self._table(state, running), console=stderr, refresh_per_second=2,
-                transient=False, redirect_stdout=False) as live:
+      # A live table on a terminal; elsewhere (logs, CI) one line per trial and a final table.
+      live_display = (Live(self._table(state, running), console=stderr, refresh_per_second=2,
+                           transient=False, redirect_stdout=False)
+                      if stderr.is_terminal else _PlainDisplay())
+      with live_display as live:
         while True:
           failed = len(state.trial_ids(*journal_lib.FAILED_STATUSES))
           if failed > self.max_failed and stop_reason is None:
@@ -248,11 +251,26 @@ class LocalSearch:
             if not stderr.is_terminal:
               stderr.print(_trial_line(state, trial_id))
           live.update(self._table(state, running))
+    if not stderr.is_terminal:
+      stderr.print(self._table(state, {}))
     if stop_reason and "exceed" in stop_reason:
       raise NascliError(stop_reason)
     if stop_reason:
       stderr.print(stop_reason)
     return state
+
+
+class _PlainDisplay:
+  """Live's interface for a non-terminal: updates are not redrawn."""
+
+  def __enter__(self):
+    return self
+
+  def __exit__(self, *exc):
+    return False
+
+  def update(self, renderable) -> None:
+    del renderable
 
 
 def _fmt(value) -> str:
