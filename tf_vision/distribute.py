@@ -57,7 +57,10 @@ def _mirrored(num_gpus: int) -> tf.distribute.Strategy:
     if count > len(gpus):
       raise NascliError(f"--num_gpus {count} but this machine has {len(gpus)} GPU(s)")
     return tf.distribute.MirroredStrategy([f"/gpu:{i}" for i in range(count)])
-  return tf.distribute.MirroredStrategy(logical_cpus(num_gpus or 2))
+  # No GPUs: --num_gpus N mirrors over N logical CPU devices (the same code path as N GPUs);
+  # without it, over the one CPU device, as Model Garden's `mirrored` default does.
+  count = num_gpus or 1
+  return tf.distribute.MirroredStrategy(["/cpu:0"] if count == 1 else logical_cpus(count))
 
 
 @register_strategy("multi_worker_mirrored")

@@ -112,7 +112,8 @@ def _trainer(train_steps: int, steps_per_loop: int, learning_rate: float) -> cfg
 def nascli_classification() -> cfg.ExperimentConfig:
   """A small CPU-friendly classifier: ResNet-10 on 32x32 images (e.g. `convert-data digits`)."""
   return cfg.ExperimentConfig(
-      runtime=cfg.RuntimeConfig(mixed_precision_dtype="float32"),
+      runtime=cfg.RuntimeConfig(distribution_strategy="one_device",
+                              mixed_precision_dtype="float32"),
       task=ImageClassificationTask(
           model=nascli_backbones.ImageClassificationModel(
               num_classes=10,
@@ -137,7 +138,8 @@ def nascli_classification() -> cfg.ExperimentConfig:
 def nascli_retinanet() -> cfg.ExperimentConfig:
   """A small CPU-friendly detector: RetinaNet + SpineNet-Mobile-49XS at 128x128 (`shapes`)."""
   return cfg.ExperimentConfig(
-      runtime=cfg.RuntimeConfig(mixed_precision_dtype="float32"),
+      runtime=cfg.RuntimeConfig(distribution_strategy="one_device",
+                              mixed_precision_dtype="float32"),
       task=rn.RetinaNetTask(
           model=rn.RetinaNet(
               num_classes=4,
@@ -193,7 +195,8 @@ def _stepwise_trainer(train_steps: int, interval: int, validation_steps: int,
 def nas_classification_tunable_mnasnet() -> cfg.ExperimentConfig:
   """Stage-1 MnasNet search trial on ImageNet: 10 epochs at batch 1024 (Vertex's base)."""
   return cfg.ExperimentConfig(
-      runtime=cfg.RuntimeConfig(mixed_precision_dtype="float32"),
+      runtime=cfg.RuntimeConfig(distribution_strategy="one_device",
+                              mixed_precision_dtype="float32"),
       task=ImageClassificationTask(
           model=nascli_backbones.ImageClassificationModel(
               num_classes=1001,
@@ -218,7 +221,8 @@ def nas_classification_tunable_mnasnet() -> cfg.ExperimentConfig:
 def nas_retinanet_tunable_spinenet() -> cfg.ExperimentConfig:
   """Stage-1 SpineNet search trial on COCO: RetinaNet, 512x512, 10 epochs at batch 64."""
   return cfg.ExperimentConfig(
-      runtime=cfg.RuntimeConfig(mixed_precision_dtype="float32"),
+      runtime=cfg.RuntimeConfig(distribution_strategy="one_device",
+                              mixed_precision_dtype="float32"),
       task=RetinaNetTask(
           model=RetinaNet(
               num_classes=91,
