@@ -103,7 +103,10 @@ class _Display:
         TextColumn("[bold]train"), BarColumn(), TextColumn("step {task.completed}/{task.total}"),
         TextColumn("loss {task.fields[loss]}"), TextColumn("{task.fields[sps]} steps/s"),
         TextColumn("{task.fields[ips]} img/s"), TextColumn("ETA"), TimeRemainingColumn(),
-        console=stderr, disable=not stderr.is_terminal)
+        console=stderr, disable=not stderr.is_terminal,
+        # No refresh thread: it competes with the training loop for the GIL (measured: a
+        # terminal run at 0.62x Model Garden's steps/s with it); redraw once per loop instead.
+        auto_refresh=False)
     self.task = self.progress.add_task("train", total=total, completed=start, loss="-",
                                        sps="-", ips="-")
 
@@ -122,6 +125,7 @@ class _Display:
     self.progress.update(self.task, completed=report.step, loss=f"{report.loss:.4f}",
                          sps=f"{report.steps_per_second:.1f}",
                          ips=f"{report.images_per_second:.0f}")
+    self.progress.refresh()
 
 
 def train(args: TrainArgs) -> dict:
