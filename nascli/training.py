@@ -36,6 +36,9 @@ class TrainArgs:
   mode: str = "train_and_post_eval"
   keep_checkpoint_max: int | None = None
   verbose: bool = False
+  # Stage 2: one searched architecture (Vertex's nas_params_str: JSON text or a .json file).
+  nas_params_str: str | None = None
+  search_space: str = "mnasnet"
   # Config overrides from the caller (e.g. a NAS trial's architecture), applied last.
   extra_options: dict[str, Any] = dataclasses.field(default_factory=dict)
   fastnn: dict[str, Any] = dataclasses.field(default_factory=dict)
@@ -79,8 +82,18 @@ def plan(args: TrainArgs):
   if args.keep_checkpoint_max is not None:
     options = {"trainer": {"max_to_keep": args.keep_checkpoint_max}}
   options = _merge(options, args.extra_options)
+  experiment = args.experiment
+  if args.nas_params_str:
+    from nascli.search import trial as trial_lib
+    from tf_vision.search_spaces import nas_params as nas_params_lib
+    binding = trial_lib.binding_for(args.search_space)
+    _, block_specs = nas_params_lib.decode(args.search_space, args.nas_params_str)
+    options = _merge(options, trial_lib.backbone_override(binding, block_specs))
+    experiment = experiment or binding.experiment
+    if args.model != binding.model and not args.experiment:
+      args.model = binding.model
   spec = params_lib.RunSpec(
-      model=args.model, experiment=args.experiment, config_files=args.config_files,
+      model=args.model, experiment=experiment, config_files=args.config_files,
       params_override=args.params_override, hparams_file=args.hparams_file, options=options,
       hparams={k: v for k, v in args.fastnn.items()}, data=data,
       strategy=args.strategy, num_gpus=args.num_gpus, has_gpu=_has_gpu())
@@ -175,3 +188,36 @@ def train(args: TrainArgs) -> dict:
   result.update({"experiment": run_plan.experiment, "model_dir": model_dir,
                  "wall_seconds": round(time.monotonic() - start, 3)})
   return result
+
+
+def train_search_trials(args: TrainArgs, job_dir: str, trial_numbers: str,
+                        warm_start: bool = False) -> list[dict]:
+  """Stage 2: retrains searched trials' architectures, each into MODEL_DIR/<trial_id>."""
+  import json  # pylint: disable=g-import-not-at-top
+  ids = [t.strip() for t in trial_numbers.split(",") if t.strip()]
+  if not ids:
+    raise NascliError("--train_nas_trial_numbers needs trial ids, e.g. 3,7")
+  base_dir = args.model_dir or DEFAULT_MODEL_DIR
+  results = []
+  for trial_id in ids:
+    trial_dir = os.path.join(job_dir, trial_id)
+    params_path = os.path.join(trial_dir, "nas_params_str.json")
+    if not os.path.exists(params_path):
+      raise NascliError(f"search job {job_dir} has no trial {trial_id} ({params_path} missing)")
+    space = args.search_space
+    spec_path = os.path.join(trial_dir, "trial_spec.json")
+    if os.path.exists(spec_path):
+      with open(spec_path, encoding="utf-8") as f:
+        space = json.load(f).get("search_space", space)
+    extra = dict(args.extra_options)
+    if warm_start:
+      import tensorflow as tf  # pylint: disable=g-import-not-at-top
+      checkpoint = tf.train.latest_checkpoint(trial_dir)
+      if checkpoint is None:
+        raise NascliError(f"trial {trial_id} of {job_dir} has no checkpoint to start from")
+      extra = _merge(extra, {"task": {"init_checkpoint": checkpoint,
+                                      "init_checkpoint_modules": "backbone"}})
+    results.append(train(dataclasses.replace(
+        args, nas_params_str=params_path, search_space=space,
+        model_dir=os.path.join(base_dir, trial_id), extra_options=extra)))
+  return results

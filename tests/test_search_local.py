@@ -54,9 +54,23 @@ def test_three_trial_search_records_everything(cache, tmp_path):
   listed = nascli_subprocess("list_trials", job, "--json")
   rewards = [r["reward"] for r in json.loads(listed.stdout)]
   assert rewards == sorted(rewards, reverse=True) and len(rewards) == 3
-  # Same seed, same proposals: the first proposal of a fresh job equals this job's.
-  again = _events(job)
-  assert [e["dna"] for e in again if e["event"] == "proposed"][0] is not None
+  # Stage 2: retrain the best trial's architecture, warm-started from its search checkpoint.
+  best = max(rows, key=lambda r: r["reward"])["trial_id"]
+  retrain = nascli_subprocess(
+      "train", "--search_job_dir", job, "--train_nas_trial_numbers", best,
+      "--retrain_use_search_job_checkpoint", "--model_dir", tmp_path / "stage2",
+      "--dataset_dir", os.path.join(cache, "data", "digits-image_size32"), "--config_file",
+      "tf_vision/test_files/fast_nas_classification_search_for_testing.yaml",
+      "--params_override", "trainer.train_steps=10,trainer.steps_per_loop=5", "--json")
+  assert retrain.returncode == 0, retrain.stderr[-2000:]
+  assert json.loads(retrain.stdout)[0]["step"] == 10
+  from tf_vision.params import load_yaml_source  # pylint: disable=g-import-not-at-top
+  saved = load_yaml_source(str(tmp_path / "stage2" / best / "params.yaml"), "params.yaml")
+  assert saved["task"]["init_checkpoint"].startswith(f"{job}/{best}/ckpt-")
+  specs = json.loads(saved["task"]["model"]["backbone"]["tunable_mnasnet"]["block_specs_json"])
+  chosen = json.loads((job / best / "nas_params_str.json").read_text())
+  assert f"({specs[0]['output_filters']})" in chosen["blocks[0].output_filters"]
+  assert f"({specs[6]['num_repeats']})" in chosen["blocks[6].num_repeats"]
 
 
 def test_killed_search_resumes_to_exactly_max_trials(cache, tmp_path):

@@ -109,3 +109,25 @@ def test_fastnn_model_name_and_eval_files(digits_dir, tmp_path):
   hp.write_text("model_name=inception_resnet_v2\n")
   with pytest.raises(NascliError, match="model_name 'inception_resnet_v2' has no Model Garden"):
     plan(TrainArgs(dataset_dir=digits_dir, hparams_file=str(hp)))
+
+
+def test_nas_params_str_selects_the_tunable_backbone_and_its_blocks(digits_dir, tmp_path):
+  import json  # pylint: disable=g-import-not-at-top
+  import pyglove as pg  # pylint: disable=g-import-not-at-top
+  from tf_vision.search_spaces import get_search_space, nas_params  # pylint: disable=g-import-not-at-top
+  space = get_search_space("mnasnet")
+  algo = pg.geno.Random(seed=5)
+  algo.setup(pg.dna_spec(space))
+  params = nas_params.to_nas_params(space, algo.propose())
+  path = tmp_path / "nas_params_str.json"
+  path.write_text(json.dumps(params))
+  plan_ = plan(TrainArgs(dataset_dir=digits_dir, nas_params_str=str(path)))
+  assert plan_.experiment == "nas_classification_tunable_mnasnet"
+  backbone = plan_.params.task.model.backbone
+  assert backbone.type == "tunable_mnasnet"
+  blocks = json.loads(backbone.tunable_mnasnet.block_specs_json)
+  assert len(blocks) == 7
+  assert str(blocks[0]["kernel_size"]) in params["blocks[0].kernel_size"]
+  params["blocks[0].kernel_size"] = "2/2 (7)"
+  with pytest.raises(NascliError, match="blocks\\[0\\].kernel_size"):
+    plan(TrainArgs(dataset_dir=digits_dir, nas_params_str=json.dumps(params)))

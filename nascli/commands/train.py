@@ -59,6 +59,21 @@ def _train(
     verbose: Annotated[bool, typer.Option(
         *flag("verbose"), help="Also show Model Garden's own progress output on stderr.")]
     = False,
+    nas_params_str: Annotated[Optional[str], typer.Option(
+        *flag("nas_params_str"), help="Stage 2: a searched architecture in Vertex's format (JSON"
+        " text or a .json file, e.g. JOB_DIR/3/nas_params_str.json).")] = None,
+    search_space: Annotated[str, typer.Option(
+        *flag("search_space"), help="The space --nas_params_str comes from: mnasnet or"
+        " spinenet.")] = "mnasnet",
+    search_job_dir: Annotated[Optional[str], typer.Option(
+        *flag("search_job_dir"), help="Stage 2: a search job dir whose trials to retrain.")]
+    = None,
+    train_nas_trial_numbers: Annotated[Optional[str], typer.Option(
+        *flag("train_nas_trial_numbers"), help="Trial ids of --search_job_dir, e.g. 3,7; each"
+        " trains into MODEL_DIR/<id>.")] = None,
+    retrain_use_search_job_checkpoint: Annotated[bool, typer.Option(
+        *flag("retrain_use_search_job_checkpoint"), help="Warm-start each backbone from its"
+        " search trial's checkpoint.")] = False,
     list_experiments: Annotated[bool, typer.Option(
         *flag("list_experiments"), help="List registered experiments and exit.")] = False,
     as_json: Annotated[bool, typer.Option(*flag("json"), help="Print the result as JSON.")]
@@ -72,13 +87,25 @@ def _train(
     for name in training.experiment_names():
       print(name)
     return
-  result = training.train(training.TrainArgs(
+  train_args = training.TrainArgs(
       model=model, experiment=experiment, config_files=config_file or [],
       params_override=params_override, hparams_file=hparams_file,
       training_data_path=training_data_path, validation_data_path=validation_data_path,
       dataset_name=dataset_name, dataset_dir=dataset_dir, train_files=train_files,
       model_dir=model_dir, strategy=strategy, num_gpus=num_gpus, mode=mode,
-      keep_checkpoint_max=keep_checkpoint_max, verbose=verbose, fastnn=fastnn or {}))
+      keep_checkpoint_max=keep_checkpoint_max, verbose=verbose, nas_params_str=nas_params_str,
+      search_space=search_space, fastnn=fastnn or {})
+  if search_job_dir or train_nas_trial_numbers:
+    if not (search_job_dir and train_nas_trial_numbers):
+      raise typer.BadParameter("give --search_job_dir and --train_nas_trial_numbers together")
+    results = training.train_search_trials(train_args, search_job_dir, train_nas_trial_numbers,
+                                           retrain_use_search_job_checkpoint)
+    if as_json:
+      print(json.dumps(results, indent=2))
+    for result in results if not as_json else []:
+      print(f"trained {result['experiment']} to step {result['step']} in {result['model_dir']}")
+    return
+  result = training.train(train_args)
   if as_json:
     print(json.dumps(result, indent=2))
     return
