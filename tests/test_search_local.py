@@ -47,6 +47,17 @@ def test_three_trial_search_records_everything(cache, tmp_path):
     for name in ("nas_params_str.json", "params.yaml", "model_analysis.json", "job_status.json"):
       assert (trial / name).exists(), name
     assert json.loads((trial / "nas_params_str.json").read_text()) == r["nas_params"]
+    analysis = json.loads((trial / "model_analysis.json").read_text())
+    assert analysis["params"] > 10_000 and analysis["flops"] > analysis["params"]
+    timing = analysis["timing"]
+    assert timing["startup_s"] > 0 and timing["train_steps_s"] > 0 and timing["export_s"] > 0
+    assert timing["total_s"] == pytest.approx(
+        timing["startup_s"] + timing["train_total_s"] + timing["export_s"] + timing["latency_s"]
+        + timing["analysis_s"], abs=0.01)
+    assert 0 < timing["fixed_overhead_share"] < 1
+  # Different architectures, different models: the sizes differ too.
+  assert len({json.loads((job / r["trial_id"] / "model_analysis.json").read_text())["params"]
+              for r in rows}) > 1
   assert (job / "search_progress.png").stat().st_size > 5000
   assert len(json.loads((job / "trials.json").read_text())) == 3
   assert sorted(p for p in os.listdir(job / "hparams") if p.startswith("trial-")) == [
@@ -122,3 +133,91 @@ def test_nan_trials_are_recorded_and_the_failure_limit_stops_the_search(cache, t
   assert [(e["trial_id"], e["status"]) for e in failed] == [("1", "failed_with_nan")]
   assert "training loss is" in failed[0]["reason"]  # NaN, inf, or diverged past the bound
   assert json.loads((job / "1" / "job_status.json").read_text())["status"] == "failed_with_nan"
+
+
+def test_spinenet_detection_search_smoke(cache, tmp_path):
+  """Two RetinaNet + tunable SpineNet trials on the embedded shapes, the detection testing YAML."""
+  job = tmp_path / "job"
+  proc = nascli_subprocess("search_in_local", "--prebuilt_search_space", "spinenet",
+                           "--local_output_dir", job, "--seed", "5", "--max_nas_trial", "2",
+                           "--max_parallel_nas_trial", "2", "--target_device_latency_ms", "20",
+                           "--json", env={"NASCLI_CACHE_DIR": cache})
+  assert proc.returncode == 0, proc.stderr[-2000:]
+  rows = json.loads(proc.stdout)
+  assert [r["status"] for r in rows] == ["completed", "completed"]
+  assert rows[0]["nas_params"] != rows[1]["nas_params"]
+  assert len(rows[0]["nas_params"]) == 75  # Vertex's spinenet decisions
+  for r in rows:
+    analysis = json.loads((job / r["trial_id"] / "model_analysis.json").read_text())
+    assert analysis["accuracy_metric"] == "AP"
+    metrics = analysis["eval_metrics"]
+    assert 0.0 <= metrics["AP"] <= 1.0 and 0.0 <= metrics["AP50"] <= 1.0
+    assert metrics["AP"] == r["accuracy"] and all(
+        v == v and abs(v) != float("inf") for v in metrics.values())
+    assert r["latency_ms"] > 0 and analysis["params"] > 100_000 and analysis["flops"] > 0
+    assert r["reward"] == pytest.approx(r["accuracy"] * (20.0 / r["latency_ms"]) ** 0.07)
+    saved = (job / r["trial_id"] / "params.yaml").read_text()
+    assert "tunable_spinenet" in saved and "block_specs_json" in saved
+    assert (job / r["trial_id"] / "export" / "saved_model" / "saved_model.pb").exists()
+
+
+def _proposals_of(cache, job_dir, seed, algorithm):
+  """The architectures a search proposes first: trial processes are never awaited; the
+  driver is killed once it has journaled its proposals (the journal is fsynced per event)."""
+  args = [sys.executable, "-m", "nascli", "search_in_local", "--prebuilt_search_space",
+          "mnasnet", "--local_output_dir", str(job_dir), "--seed", str(seed),
+          "--search_algorithm", algorithm, "--max_nas_trial", "3", "--max_parallel_nas_trial",
+          "3"]
+  env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", NASCLI_CACHE_DIR=cache)
+  driver = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
+  proposed = []
+  deadline = time.monotonic() + 300
+  try:
+    while time.monotonic() < deadline and driver.poll() is None and len(proposed) < 3:
+      if (job_dir / "journal.jsonl").exists():
+        proposed = [e["dna"] for e in _events(job_dir) if e["event"] == "proposed"]
+      time.sleep(0.2)
+  finally:
+    driver.send_signal(signal.SIGKILL)  # its trials die with it (PR_SET_PDEATHSIG)
+    driver.wait()
+  assert len(proposed) == 3, f"driver exited with {driver.returncode} before proposing"
+  return proposed
+
+
+@pytest.mark.parametrize("algorithm", ["random", "regularized_evolution"])
+def test_same_seed_proposes_the_same_architectures(cache, tmp_path, algorithm):
+  first = _proposals_of(cache, tmp_path / "a", 11, algorithm)
+  again = _proposals_of(cache, tmp_path / "b", 11, algorithm)
+  other = _proposals_of(cache, tmp_path / "c", 12, algorithm)
+  assert first == again
+  assert len({tuple(d) for d in first}) == 3
+  assert other != first
+
+
+@pytest.mark.parametrize("args,culprit", [
+    (["--search_docker_flags", "bogus=1"], "'bogus=1'"),
+    (["--search_docker_flags", "model=retinanet"], "model=retinanet"),
+    (["--prebuilt_search_space", "nasfpn"], "'nasfpn'"),
+    (["--search_space_module", "no_such_pkg.spaces.build"], "no_such_pkg.spaces.build"),
+    (["--search_algorithm", "annealing"], "annealing"),
+    (["--latency_constraint", "firm"], "firm"),
+])
+def test_bad_search_input_one_line_exit_1(cli, cache, tmp_path, monkeypatch, args, culprit):
+  monkeypatch.setenv("NASCLI_CACHE_DIR", cache)
+  job = tmp_path / "job"
+  code, stdout, stderr = cli("search_in_local", "--local_output_dir", job, *args)
+  lines = stderr.strip().splitlines()
+  assert code == 1 and len(lines) == 1 and lines[0].startswith("Error: "), stderr
+  assert culprit in lines[0]
+  assert stdout == ""
+  assert not (job / "journal.jsonl").exists()
+
+
+def test_job_dir_of_other_settings_is_refused(cli, cache, tmp_path, monkeypatch):
+  job = tmp_path / "job"
+  first = _proposals_of(cache, job, 11, "random")
+  monkeypatch.setenv("NASCLI_CACHE_DIR", cache)
+  code, _, stderr = cli("search_in_local", "--local_output_dir", job, "--seed", "12",
+                        "--max_nas_trial", "3", "--max_parallel_nas_trial", "3")
+  assert code == 1 and "seed" in stderr and "--overwrite" in stderr, stderr
+  assert [e["dna"] for e in _events(job) if e["event"] == "proposed"] == first  # untouched

@@ -117,6 +117,8 @@ class LoopAction:
     self.write_files = write_files
     self.loss_upper_bound = loss_upper_bound
     self._last = (int(global_step.numpy()), time.monotonic())
+    # (steps, seconds) of each loop; the first one also pays for tracing and the input pipeline.
+    self.loops: list[tuple[int, float]] = []
 
   def __call__(self, output: dict) -> None:
     step = int(self.global_step.numpy())
@@ -133,6 +135,7 @@ class LoopAction:
     now = time.monotonic()
     rate = (step - last_step) / max(now - last_time, 1e-9)
     self._last = (step, now)
+    self.loops.append((step - last_step, now - last_time))
     epoch, in_epoch = self.step_log.line(step)
     text = f"epoch: {epoch} step: {in_epoch}, loss is {loss:.7g}"
     self.step_log.append(text)
@@ -158,7 +161,8 @@ def run(params: cfg.ExperimentConfig, model_dir: str, strategy: tf.distribute.St
         on_resume: Callable[[int], None] = lambda step: None) -> dict:
   """Trains (and evaluates) `params` in `model_dir`; resumes from its latest checkpoint.
 
-  Returns {"status", "step", "resumed_from", "eval_metrics", "seconds", "num_replicas"}; raises
+  Returns {"status", "step", "resumed_from", "eval_metrics", "seconds", "num_replicas", "loops"
+  ([steps, seconds] per train loop), "eval_seconds" (the final evaluation)}; raises
   NonFiniteLossError (after writing job_status.json) when the loss stops being finite.
 
   With several workers only the chief writes the log, job status and params; the others
@@ -205,11 +209,14 @@ def run(params: cfg.ExperimentConfig, model_dir: str, strategy: tf.distribute.St
       action = LoopAction(self.trainer.global_step, step_log, params.trainer.train_steps,
                           params.task.train_data.global_batch_size, model_dir, on_loop, chief,
                           params.trainer.loss_upper_bound)
+      actions.append(action)
       return super()._build_controller(
           trainer, evaluator, save_summary=save_summary,
           train_actions=[action] + list(train_actions or []), eval_actions=eval_actions,
           controller_cls=controller_cls, enable_async_checkpointing=enable_async_checkpointing)
 
+  actions: list[LoopAction] = []
+  eval_seconds = 0.0
   try:
     # The final evaluation goes through eval_lib, the code `nascli eval` runs, so the number a run
     # reports is the number its checkpoint gives later (Model Garden's in-trainer post-eval can
@@ -222,10 +229,12 @@ def run(params: cfg.ExperimentConfig, model_dir: str, strategy: tf.distribute.St
       # The runner's own final checkpoint: a non-chief worker's is in its temporary dir.
       checkpoint = (runner.checkpoint_manager.latest_checkpoint
                     or tf.train.latest_checkpoint(model_dir))
+      eval_start = time.monotonic()
       eval_logs = eval_lib.evaluate(
           params, checkpoint, strategy,
           summary_dir=os.path.join(model_dir, params.trainer.validation_summary_subdir)
           if chief else None)["metrics"]
+      eval_seconds = time.monotonic() - eval_start
   except NonFiniteLossError as e:
     if chief:
       job_status.write(model_dir, job_status.FAILED_WITH_NAN, reason=str(e))
@@ -238,7 +247,9 @@ def run(params: cfg.ExperimentConfig, model_dir: str, strategy: tf.distribute.St
   metrics = {k: _scalar(v) for k, v in (eval_logs or {}).items() if _scalar(v) is not None}
   result = {"status": job_status.COMPLETED, "step": step, "resumed_from": resumed_from,
             "eval_metrics": metrics, "seconds": round(time.monotonic() - start, 3),
-            "num_replicas": strategy.num_replicas_in_sync}
+            "num_replicas": strategy.num_replicas_in_sync,
+            "loops": [[n, round(t, 4)] for n, t in (actions[0].loops if actions else [])],
+            "eval_seconds": round(eval_seconds, 3)}
   if chief:
     job_status.write(model_dir, job_status.COMPLETED, step=step, eval_metrics=metrics,
                      num_replicas=strategy.num_replicas_in_sync)

@@ -68,18 +68,21 @@ def search_in_local(
 ) -> None:
   """Search architectures on this machine: trials in parallel, journaled, resumable."""
   del use_prebuilt_trainer
-  from nascli.search import local_main  # pylint: disable=g-import-not-at-top
-  rows = local_main.run(local_main.CommandArgs(
-      prebuilt_search_space=prebuilt_search_space, search_space_module=search_space_module,
+  # pylint: disable=g-import-not-at-top
+  from nascli.search import local_main
+  from nascli.search.local_search import SearchArgs
+  options = {k: v for k, v in (("population_size", population_size),
+                               ("tournament_size", tournament_size)) if v is not None}
+  rows = local_main.run(SearchArgs(
+      job_dir=local_output_dir or local_main.default_job_dir(prebuilt_search_space),
+      search_space=prebuilt_search_space, search_space_module=search_space_module,
       search_algorithm=search_algorithm, seed=seed, max_nas_trial=max_nas_trial,
       max_parallel_nas_trial=max_parallel_nas_trial, max_failed_nas_trial=max_failed_nas_trial,
       target_device_latency_ms=target_device_latency_ms, latency_constraint=latency_constraint,
-      latency_weight=latency_weight, local_output_dir=local_output_dir,
-      search_docker_flags=search_docker_flags or [], experiment=experiment,
-      config_file=config_file or [], params_override=params_override,
-      training_data_path=training_data_path, validation_data_path=validation_data_path,
-      dataset_dir=dataset_dir, population_size=population_size,
-      tournament_size=tournament_size, overwrite=overwrite))
+      latency_weight=latency_weight, experiment=experiment, config_files=list(config_file or []),
+      params_override=params_override, training_data_path=training_data_path,
+      validation_data_path=validation_data_path, dataset_dir=dataset_dir, overwrite=overwrite,
+      algorithm_options=options), search_docker_flags)
   if as_json:
     print(json.dumps(rows, indent=2, default=str))
     return

@@ -8,9 +8,12 @@ spinenet), converted once into a cache folder, and the space's testing YAML, so
 import dataclasses
 import os
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from nascli.errors import NascliError
+
+if TYPE_CHECKING:
+  from nascli.search.local_search import SearchArgs
 
 TEST_FILES = Path(__file__).resolve().parents[2] / "tf_vision" / "test_files"
 
@@ -28,36 +31,14 @@ DEFAULTS = {
     "spinenet": EmbeddedDefault("shapes", {"image_size": 128, "num_samples": 256},
                                 "fast_nas_detection_spinenet_search_for_testing.yaml"),
 }
-# Vertex's --search_docker_flags keys and the search argument each sets.
+# Vertex's --search_docker_flags keys and the SearchArgs field each sets ("model" only checks).
 DOCKER_FLAGS = {"params_override": "params_override", "training_data_path": "training_data_path",
-                "validation_data_path": "validation_data_path", "config_file": "config_file",
+                "validation_data_path": "validation_data_path", "config_file": "config_files",
                 "model": "model", "experiment": "experiment", "dataset_dir": "dataset_dir"}
 
 
-@dataclasses.dataclass
-class CommandArgs:
-  prebuilt_search_space: str = "mnasnet"
-  search_space_module: str | None = None
-  search_algorithm: str = "random"
-  seed: int = 0
-  max_nas_trial: int = 4
-  max_parallel_nas_trial: int = 1
-  max_failed_nas_trial: int | None = None
-  target_device_latency_ms: float | None = None
-  latency_constraint: str = "soft"
-  latency_weight: float = 0.07
-  local_output_dir: str | None = None
-  search_docker_flags: list[str] = dataclasses.field(default_factory=list)
-  experiment: str | None = None
-  config_file: list[str] = dataclasses.field(default_factory=list)
-  params_override: str | None = None
-  training_data_path: str | None = None
-  validation_data_path: str | None = None
-  dataset_dir: str | None = None
-  population_size: int | None = None
-  tournament_size: int | None = None
-  overwrite: bool = False
-  model: str | None = None
+def default_job_dir(space: str) -> str:
+  return os.path.join("nascli_output", f"search_{space}")
 
 
 def cache_dir() -> Path:
@@ -77,54 +58,42 @@ def embedded_dataset(space: str) -> str:
   return str(out)
 
 
-def _apply_docker_flags(args: CommandArgs) -> None:
-  for item in args.search_docker_flags:
+def apply_docker_flags(args: "SearchArgs", docker_flags: list[str]) -> str | None:
+  """Sets the SearchArgs fields Vertex's KEY=VALUE trainer flags name; returns model=..., if any."""
+  model = None
+  for item in docker_flags:
     key, sep, value = item.partition("=")
     if not sep or key not in DOCKER_FLAGS:
       raise NascliError(f"--search_docker_flags {item!r}: expected KEY=VALUE with KEY one of"
                         f" {', '.join(sorted(DOCKER_FLAGS))}")
-    target = DOCKER_FLAGS[key]
-    if target == "config_file":
-      args.config_file.append(value)
+    if key == "model":
+      model = value
+    elif key == "config_file":
+      args.config_files.append(value)
     else:
-      setattr(args, target, value)
+      setattr(args, DOCKER_FLAGS[key], value)
+  return model
 
 
-def run(args: CommandArgs) -> list[dict]:
+def run(args: "SearchArgs", docker_flags: list[str] | None = None) -> list[dict]:
+  """Fills in Vertex's trainer flags and the embedded defaults, runs the search, returns rows."""
   # pylint: disable=g-import-not-at-top
   from nascli.search import local_search, results
-  _apply_docker_flags(args)
-  space = args.prebuilt_search_space
-  if args.model and not args.search_space_module:
+  model = apply_docker_flags(args, list(docker_flags or []))
+  space = args.search_space
+  if model and not args.search_space_module:
     from nascli.search.trial import binding_for
     expected = binding_for(space).model
-    if args.model != expected:
-      raise NascliError(f"model={args.model} does not fit search space {space} (it builds a"
+    if model != expected:
+      raise NascliError(f"model={model} does not fit search space {space} (it builds a"
                         f" {expected} model)")
   if not args.search_space_module and space not in DEFAULTS:
     from tf_vision import search_spaces
     raise NascliError(f"unknown --prebuilt_search_space {space!r}; known:"
                       f" {', '.join(search_spaces.known_search_spaces())}")
-  no_data = not (args.training_data_path or args.validation_data_path or args.dataset_dir)
-  dataset_dir = args.dataset_dir
-  if no_data:
-    dataset_dir = embedded_dataset(space)
-  config_files = list(args.config_file)
-  if not config_files and space in DEFAULTS:
-    config_files = [str(TEST_FILES / DEFAULTS[space].config_file)]
-  options = {k: v for k, v in (("population_size", args.population_size),
-                               ("tournament_size", args.tournament_size)) if v is not None}
-  job_dir = args.local_output_dir or os.path.join("nascli_output", f"search_{space}")
-  search = local_search.LocalSearch(local_search.SearchArgs(
-      job_dir=job_dir, search_space=space, search_space_module=args.search_space_module,
-      search_algorithm=args.search_algorithm, seed=args.seed, max_nas_trial=args.max_nas_trial,
-      max_parallel_nas_trial=args.max_parallel_nas_trial,
-      max_failed_nas_trial=args.max_failed_nas_trial,
-      target_device_latency_ms=args.target_device_latency_ms,
-      latency_constraint=args.latency_constraint, latency_weight=args.latency_weight,
-      experiment=args.experiment, config_files=config_files,
-      params_override=args.params_override, training_data_path=args.training_data_path,
-      validation_data_path=args.validation_data_path, dataset_dir=dataset_dir,
-      overwrite=args.overwrite, algorithm_options=options))
-  state = search.run()
-  return results.trial_rows(job_dir, state)
+  if not (args.training_data_path or args.validation_data_path or args.dataset_dir):
+    args.dataset_dir = embedded_dataset(space)
+  if not args.config_files and space in DEFAULTS:
+    args.config_files = [str(TEST_FILES / DEFAULTS[space].config_file)]
+  state = local_search.LocalSearch(args).run()
+  return results.trial_rows(args.job_dir, state)

@@ -109,6 +109,9 @@ class LocalSearch:
       self.space = search_spaces.load_user_search_space(args.search_space_module)
     else:
       self.space = search_spaces.get_search_space(args.search_space)
+    # Settings errors surface before anything is written: a job dir recorded with a bad setting
+    # would refuse the corrected command as "other settings".
+    controller_lib.make_algorithm(args.search_algorithm, args.seed, **args.algorithm_options)
     self.journal = journal_lib.Journal.in_dir(args.job_dir)
     from nascli.search import results  # pylint: disable=g-import-not-at-top
     # Every candidate of every decision, so TensorBoard's HParams view hides no trial.
@@ -123,7 +126,7 @@ class LocalSearch:
         params_override=a.params_override, training_data_path=a.training_data_path,
         validation_data_path=a.validation_data_path, dataset_dir=a.dataset_dir,
         target_latency_ms=a.target_device_latency_ms, latency_constraint=a.latency_constraint,
-        latency_weight=a.latency_weight)
+        latency_weight=a.latency_weight, spawned_at=time.time())
 
   def _start(self, state: journal_lib.JobState, trial_id: str, device: str | None) -> _Running:
     proposal = state.proposals[trial_id]

@@ -9,7 +9,9 @@ to one GPU with CUDA_VISIBLE_DEVICES. The outcome is in the trial directory:
 import dataclasses
 import json
 import os
+import statistics
 import sys
+import time
 import traceback
 from typing import Any
 
@@ -32,6 +34,7 @@ class TrialSpec:
   latency_constraint: str = "soft"
   latency_weight: float = 0.07
   latency_runs: int = 20
+  spawned_at: float | None = None  # time.time() when the driver started the process
 
   @property
   def trial_dir(self) -> str:
@@ -81,13 +84,62 @@ def _write_json(path: str, data: dict) -> None:
   os.replace(path + ".tmp", path)
 
 
+def model_size(model, input_size: list[int]) -> tuple[int | None, int | None]:
+  """(parameters, FLOPs at batch 1) of a built task model.
+
+  Model Garden's counters give None for subclassed models (RetinaNet) that were never called:
+  parameters come from the variables, FLOPs from tracing `call` on an image spec.
+  """
+  # pylint: disable=g-import-not-at-top
+  import tensorflow as tf
+  from official.core import train_utils
+  params = sum(int(tf.size(w)) for w in model.weights) or None
+  image = tf.TensorSpec([1, *input_size], tf.float32)
+  inputs = {"images": image, "training": False}
+  if "image_shape" in model.call.__code__.co_varnames:
+    inputs["image_shape"] = tf.constant([input_size[:2]], tf.float32)
+  flops = train_utils.try_count_flops(model, inputs)
+  return params, flops
+
+
+def timing_breakdown(spec: TrialSpec, ready: float, phases: dict[str, float],
+                     train_result: dict) -> dict[str, Any]:
+  """Where a trial's wall time went, split into the training work and the fixed overhead.
+
+  The step work is the steps at the steady per-step time (loops after the first); the first
+  loop's excess over that is graph tracing and input pipeline start, counted as overhead.
+  """
+  loops = train_result.get("loops") or []
+  steps = sum(n for n, _ in loops)
+  steady = [t / n for n, t in loops[1:] if n] or [t / n for n, t in loops if n]
+  step_s = statistics.median(steady) * steps if steady else 0.0
+  eval_s = train_result.get("eval_seconds", 0.0)
+  startup = ready - spec.spawned_at if spec.spawned_at else None
+  timing = {
+      "startup_s": startup,  # process start, TensorFlow and Model Garden imports
+      "train_total_s": phases["train"],
+      "train_steps_s": step_s,
+      "eval_s": eval_s,
+      # config, task and model build, tracing, checkpoints
+      "train_overhead_s": phases["train"] - step_s - eval_s,
+      "export_s": phases["export"],
+      "latency_s": phases["latency"],
+      "analysis_s": phases["analysis"],
+  }
+  total = (startup or 0.0) + sum(phases.values())
+  overhead = total - step_s - eval_s
+  timing.update({"total_s": total, "fixed_overhead_s": overhead,
+                 "fixed_overhead_share": overhead / total if total else None})
+  return {k: None if v is None else round(v, 3) for k, v in timing.items()}
+
+
 def run(spec: TrialSpec) -> dict:
   """Runs the trial; returns model_analysis (raises on failure, after recording it)."""
   # pylint: disable=g-import-not-at-top
   import tensorflow as tf
   from nascli import training
   from nascli.search import reward
-  from official.core import task_factory, train_utils
+  from official.core import task_factory
   from tf_vision import job_status, model_dir as model_dir_lib
   from tf_vision.search_spaces import nas_params as nas_params_lib
   from tf_vision.serving import export_lib, latency
@@ -95,12 +147,21 @@ def run(spec: TrialSpec) -> dict:
   os.makedirs(spec.trial_dir, exist_ok=True)
   _write_json(os.path.join(spec.trial_dir, "nas_params_str.json"), spec.nas_params)
   _, block_specs = nas_params_lib.decode(spec.search_space, spec.nas_params)
+  phases, clock, ready = {}, time.monotonic(), time.time()
+
+  def lap(name: str) -> None:
+    nonlocal clock
+    now = time.monotonic()
+    phases[name] = now - clock
+    clock = now
+
   result = training.train(training.TrainArgs(
       model=binding.model, experiment=spec.experiment or binding.experiment,
       config_files=spec.config_files, params_override=spec.params_override,
       training_data_path=spec.training_data_path,
       validation_data_path=spec.validation_data_path, dataset_dir=spec.dataset_dir,
       model_dir=spec.trial_dir, extra_options=backbone_override(binding, block_specs)))
+  lap("train")
   metrics = result["eval_metrics"]
   if binding.metric not in metrics:
     raise NascliError(f"trial {spec.trial_id}: evaluation gave no {binding.metric!r}")
@@ -109,9 +170,13 @@ def run(spec: TrialSpec) -> dict:
   checkpoint = tf.train.latest_checkpoint(spec.trial_dir)
   saved_model = export_lib.export(params, checkpoint, os.path.join(spec.trial_dir, "export"),
                                   input_type="image_tensor", overwrite=True)
+  lap("export")
   timing = latency.measure_latency(saved_model, batch_sizes=(1,), runs=spec.latency_runs)
   latency_ms = timing["batch"]["1"]["median_ms"]
-  model = task_factory.get_task(params.task).build_model()
+  lap("latency")
+  num_params, flops = model_size(task_factory.get_task(params.task).build_model(),
+                                 list(params.task.model.input_size))
+  lap("analysis")
   analysis = {
       "trial_id": spec.trial_id,
       "accuracy": accuracy,
@@ -119,12 +184,13 @@ def run(spec: TrialSpec) -> dict:
       "latency_ms": latency_ms,
       "reward": reward.compute(accuracy, latency_ms, spec.target_latency_ms,
                                spec.latency_constraint, spec.latency_weight),
-      "params": train_utils.try_count_params(model),
-      "flops": train_utils.try_count_flops(model),
+      "params": num_params,
+      "flops": flops,
       "eval_metrics": metrics,
       "latency": timing,
       "step": result["step"],
       "seconds": result["wall_seconds"],
+      "timing": timing_breakdown(spec, ready, phases, result),
   }
   _write_json(os.path.join(spec.trial_dir, "model_analysis.json"), analysis)
   job_status.write(spec.trial_dir, job_status.COMPLETED, step=result["step"],
