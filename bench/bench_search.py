@@ -21,8 +21,10 @@ overhead    `--trials` trials of the testing YAML one at a time, then one trial 
             plus the driver's own time per trial (search wall time over trials minus the
             trials' time).
 algorithms  For each seed, a search of `--trials` trials with `random` and one with
-            `regularized_evolution` (population/tournament as given), rewards with
-            `--target_device_latency_ms 2` (MnasNet soft reward, w=0.07), two trials at a time.
+            `regularized_evolution` (population/tournament as given), two trials at a time.
+            The reward is the validation accuracy (no latency target): latency timed on a
+            shared 2-core machine while another trial trains is noisy, and that noise would
+            favour whichever search ran at quieter moments.
             Reported: the best reward each search reached, best-so-far after each trial, the
             number of distinct architectures, and per seed evolution's best minus random's.
 """
@@ -42,11 +44,12 @@ TESTING_YAML = ROOT / "tf_vision" / "test_files" / "fast_nas_classification_sear
 TARGET_MS = 2.0
 
 
-def search(job_dir: Path, work_dir: Path, *flags: str) -> dict:
+def search(job_dir: Path, work_dir: Path, *flags: str, target_ms: float | None = TARGET_MS) -> dict:
   """Runs one search_in_local; returns its wall time and every trial's analysis."""
   cmd = [sys.executable, "-m", "nascli", "search_in_local", "--prebuilt_search_space", "mnasnet",
-         "--local_output_dir", str(job_dir), "--target_device_latency_ms", str(TARGET_MS),
-         "--json", *flags]
+         "--local_output_dir", str(job_dir), "--json", *flags]
+  if target_ms is not None:
+    cmd += ["--target_device_latency_ms", str(target_ms)]
   env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", NASCLI_CACHE_DIR=str(work_dir / "cache"))
   start = time.monotonic()
   proc = subprocess.run(cmd, capture_output=True, text=True, env=env, check=False, cwd=ROOT)
@@ -114,7 +117,7 @@ def algorithms(args) -> dict:
       if algorithm == "regularized_evolution":
         flags += ["--population_size", str(args.population_size), "--tournament_size",
                   str(args.tournament_size)]
-      result = search(work / f"algo_{algorithm}_{seed}", work, *flags)
+      result = search(work / f"algo_{algorithm}_{seed}", work, *flags, target_ms=None)
       rewards = [r["reward"] for r in sorted(result["rows"], key=lambda r: int(r["trial_id"]))]
       best_so_far, best = [], None
       for r in rewards:

@@ -30,12 +30,13 @@ def add_command(fn: Callable, name: str) -> None:
 def _register_commands() -> None:
   # pylint: disable=g-import-not-at-top
   from nascli.commands import convert_data, eval as eval_command, export, list_trials
-  from nascli.commands import search_in_local, train
+  from nascli.commands import search, search_in_local, train
   add_command(convert_data.convert_data, "convert-data")
   add_command(train.train, "train")
   add_command(eval_command.evaluate, "eval")
   add_command(export.export, "export")
   add_command(search_in_local.search_in_local, "search_in_local")
+  add_command(search.search, "search")
   add_command(list_trials.list_trials, "list_trials")
 
 

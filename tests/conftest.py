@@ -1,7 +1,12 @@
 """Shared test helpers: run conversions in-process and read back what they wrote."""
 
 import glob
+import json
 import os
+import signal
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
@@ -52,8 +57,6 @@ def run_convert(tmp_path):
 
 def nascli_subprocess(*args, env=None, **kwargs):
   """Runs `python -m nascli ARGS` as a user would; returns the CompletedProcess (text mode)."""
-  import subprocess  # pylint: disable=g-import-not-at-top
-  import sys  # pylint: disable=g-import-not-at-top
   full_env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", **(env or {}))
   return subprocess.run([sys.executable, "-m", "nascli", *map(str, args)], capture_output=True,
                         text=True, env=full_env, check=False, **kwargs)
@@ -70,3 +73,31 @@ def cli(capsys):
     return code, captured.out, captured.err
 
   return _run
+
+
+def journal_events(job_dir):
+  with open(os.path.join(job_dir, "journal.jsonl"), encoding="utf-8") as f:
+    return [json.loads(line) for line in f if line.strip()]
+
+
+def proposals_of(cache, job_dir, seed, algorithm, command="search_in_local", *extra):
+  """The architectures a search proposes first: trial processes are never awaited; the
+  driver is killed once it has journaled its proposals (the journal is fsynced per event)."""
+  args = [sys.executable, "-m", "nascli", command, "--prebuilt_search_space",
+          "mnasnet", "--local_output_dir", str(job_dir), "--seed", str(seed),
+          "--search_algorithm", algorithm, "--max_nas_trial", "3", "--max_parallel_nas_trial",
+          "3", *extra]
+  env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", NASCLI_CACHE_DIR=cache)
+  driver = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
+  proposed = []
+  deadline = time.monotonic() + 300
+  try:
+    while time.monotonic() < deadline and driver.poll() is None and len(proposed) < 3:
+      if (job_dir / "journal.jsonl").exists():
+        proposed = [e["dna"] for e in journal_events(job_dir) if e["event"] == "proposed"]
+      time.sleep(0.2)
+  finally:
+    driver.send_signal(signal.SIGKILL)  # its trials die with it (PR_SET_PDEATHSIG)
+    driver.wait()
+  assert len(proposed) == 3, f"driver exited with {driver.returncode} before proposing"
+  return proposed

@@ -209,7 +209,21 @@ def test_replay_of_a_pending_trial_and_an_empty_journal():
   assert empty.settings is None and empty.next_trial_id() == '1'
 
 
+def test_a_lost_attempt_makes_the_trial_pending_again():
+  lost = EVENTS[:11] + [
+      {'seq': 12, 'event': 'lost', 'trial_id': '1', 'attempt': 1, 'reason': 'worker died'}]
+  state = journal_lib.replay(lost)
+  assert state.status['1'] == 'pending' and state.losses == {'1': 1}
+  assert state.unfinished() == ['1', '3', '4', '5'] and state.reasons['1'] == 'worker died'
+  again = journal_lib.replay(lost + [
+      {'seq': 13, 'event': 'started', 'trial_id': '1', 'attempt': 2},
+      {'seq': 14, 'event': 'completed', 'trial_id': '1', 'reward': 0.9, 'metrics': {}}])
+  assert again.status['1'] == 'completed' and again.attempts['1'] == 2
+  assert again.losses == {'1': 1} and '1' not in again.reasons
+
+
 @pytest.mark.parametrize('event, message', [
+    ({'event': 'lost', 'trial_id': '4'}, 'loses trial 4, which is not running'),
     ({'event': 'started', 'trial_id': '9'}, r'seq 99 \(started\) names trial 9, which was never'),
     ({'event': 'proposed', 'trial_id': '1', 'dna': [0]}, 'proposes trial 1 a second time'),
     ({'event': 'failed', 'trial_id': '2', 'status': 'failed'}, 'trial 2, which already completed'),

@@ -9,7 +9,9 @@ import time
 
 import pytest
 
+from conftest import journal_events as _events
 from conftest import nascli_subprocess
+from conftest import proposals_of as _proposals_of
 
 SHORT = "trainer.train_steps=20,trainer.steps_per_loop=10,trainer.checkpoint_interval=10"
 
@@ -24,11 +26,6 @@ def _search(job_dir, cache, *extra):
                            "--local_output_dir", job_dir, "--seed", "7",
                            "--target_device_latency_ms", "2", *extra,
                            env={"NASCLI_CACHE_DIR": cache})
-
-
-def _events(job_dir):
-  with open(os.path.join(job_dir, "journal.jsonl"), encoding="utf-8") as f:
-    return [json.loads(line) for line in f if line.strip()]
 
 
 def test_three_trial_search_records_everything(cache, tmp_path):
@@ -159,29 +156,6 @@ def test_spinenet_detection_search_smoke(cache, tmp_path):
     saved = (job / r["trial_id"] / "params.yaml").read_text()
     assert "tunable_spinenet" in saved and "block_specs_json" in saved
     assert (job / r["trial_id"] / "export" / "saved_model" / "saved_model.pb").exists()
-
-
-def _proposals_of(cache, job_dir, seed, algorithm):
-  """The architectures a search proposes first: trial processes are never awaited; the
-  driver is killed once it has journaled its proposals (the journal is fsynced per event)."""
-  args = [sys.executable, "-m", "nascli", "search_in_local", "--prebuilt_search_space",
-          "mnasnet", "--local_output_dir", str(job_dir), "--seed", str(seed),
-          "--search_algorithm", algorithm, "--max_nas_trial", "3", "--max_parallel_nas_trial",
-          "3"]
-  env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", NASCLI_CACHE_DIR=cache)
-  driver = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
-  proposed = []
-  deadline = time.monotonic() + 300
-  try:
-    while time.monotonic() < deadline and driver.poll() is None and len(proposed) < 3:
-      if (job_dir / "journal.jsonl").exists():
-        proposed = [e["dna"] for e in _events(job_dir) if e["event"] == "proposed"]
-      time.sleep(0.2)
-  finally:
-    driver.send_signal(signal.SIGKILL)  # its trials die with it (PR_SET_PDEATHSIG)
-    driver.wait()
-  assert len(proposed) == 3, f"driver exited with {driver.returncode} before proposing"
-  return proposed
 
 
 @pytest.mark.parametrize("algorithm", ["random", "regularized_evolution"])

@@ -11,6 +11,8 @@ Events (each also carries "seq", 1, 2, 3, ..., and "time", ISO 8601 UTC):
   started        {trial_id, attempt}
   completed      {trial_id, reward, metrics}
   failed         {trial_id, status: failed | failed_with_nan | infeasible, reason}
+  lost           {trial_id, attempt, reason}: the machine running an attempt went away (a Ray
+                 worker or node died); the trial is pending again, to be retried
 Events of other kinds are kept in the log and ignored by `replay`, so newer writers can add
 informational events without breaking older readers.
 """
@@ -442,6 +444,7 @@ class JobState:
   # Trials in the order they reached a final state (completed or failed*); a retried trial
   # appears at the place of its latest outcome.
   completion_order: list[str] = dataclasses.field(default_factory=list)
+  losses: dict[str, int] = dataclasses.field(default_factory=dict)  # Attempts lost to infra.
   last_seq: int = 0
 
   def trial_ids(self, *statuses: str) -> list[str]:
@@ -468,8 +471,8 @@ class JobState:
 def replay(events: Iterable[Mapping[str, Any]]) -> JobState:
   """Reduces journal events to the job's state, enforcing legal trial transitions.
 
-  pending -> running (started) -> completed | failed*; a failed or interrupted (running)
-  trial may start again (a retry); a completed trial is final.
+  pending -> running (started) -> completed | failed* | pending (lost); a failed or
+  interrupted (running) trial may start again (a retry); a completed trial is final.
 
   Raises:
     InputError: an event breaks the rules (names its seq).
@@ -489,7 +492,7 @@ def replay(events: Iterable[Mapping[str, Any]]) -> JobState:
       state.settings = dict(event.get('settings') or {})
       state.fingerprint = event.get('fingerprint')
       continue
-    if kind not in ('proposed', 'started', 'completed', 'failed'):
+    if kind not in ('proposed', 'started', 'completed', 'failed', 'lost'):
       continue  # Informational events from newer writers.
     if state.settings is None:
       raise bad('comes before search_started')
@@ -511,6 +514,13 @@ def replay(events: Iterable[Mapping[str, Any]]) -> JobState:
     current = state.status[trial]
     if current == COMPLETED:
       raise bad(f'changes trial {trial}, which already completed')
+    if kind == 'lost':
+      if current != RUNNING:
+        raise bad(f'loses trial {trial}, which is not running')
+      state.status[trial] = PENDING
+      state.losses[trial] = state.losses.get(trial, 0) + 1
+      state.reasons[trial] = str(event.get('reason', ''))
+      continue
     if kind == 'started':
       state.status[trial] = RUNNING
       state.attempts[trial] = int(event.get('attempt', state.attempts[trial] + 1))

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 from nascli.errors import NascliError
 
 if TYPE_CHECKING:
-  from nascli.search.local_search import SearchArgs
+  from nascli.search.search_loop import SearchArgs
 
 TEST_FILES = Path(__file__).resolve().parents[2] / "tf_vision" / "test_files"
 
@@ -75,10 +75,11 @@ def apply_docker_flags(args: "SearchArgs", docker_flags: list[str]) -> str | Non
   return model
 
 
-def run(args: "SearchArgs", docker_flags: list[str] | None = None) -> list[dict]:
+def run(args: "SearchArgs", docker_flags: list[str] | None = None,
+        executor=None) -> list[dict]:
   """Fills in Vertex's trainer flags and the embedded defaults, runs the search, returns rows."""
   # pylint: disable=g-import-not-at-top
-  from nascli.search import local_search, results
+  from nascli.search import results, search_loop
   model = apply_docker_flags(args, list(docker_flags or []))
   space = args.search_space
   if model and not args.search_space_module:
@@ -95,5 +96,5 @@ def run(args: "SearchArgs", docker_flags: list[str] | None = None) -> list[dict]
     args.dataset_dir = embedded_dataset(space)
   if not args.config_files and space in DEFAULTS:
     args.config_files = [str(TEST_FILES / DEFAULTS[space].config_file)]
-  state = local_search.LocalSearch(args).run()
+  state = search_loop.SearchLoop(args, executor).run()
   return results.trial_rows(args.job_dir, state)

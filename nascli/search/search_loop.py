@@ -1,16 +1,15 @@
-"""`search_in_local`: the search loop on this machine, trials as child processes.
+"""The search loop of `search_in_local` and `search`: propose, run trials, record, feed back.
 
 The driver is the journal's only writer. It proposes, starts up to `max_parallel` trial
-processes (one GPU each via CUDA_VISIBLE_DEVICES when there are GPUs), waits for any to end,
-records the outcome and feeds the reward back. Resume = replay the journal: completed trials
-stay, interrupted ones run again with their architecture, the controller is rebuilt.
+attempts through an executor (processes on this machine, or Ray tasks on a cluster), waits for
+any to end, records the outcome and feeds the reward back. Resume = replay the journal:
+completed trials stay, interrupted ones run again with their architecture, the controller is
+rebuilt. An attempt lost with its machine is journaled and retried, up to `max_trial_retries`.
 """
 
 import dataclasses
 import json
 import os
-import subprocess
-import sys
 import time
 from typing import Any
 
@@ -20,13 +19,15 @@ from rich.table import Table
 
 from nascli.errors import NascliError
 from nascli.search import controller as controller_lib
+from nascli.search import executors
 from nascli.search import journal as journal_lib
 from nascli.search import reward as reward_lib
 from nascli.search.trial import TrialSpec
 
 stderr = Console(stderr=True)
 # Settings that may change when a search is resumed (they do not change what a trial is).
-MUTABLE = ("max_nas_trial", "max_parallel_nas_trial", "max_failed_nas_trial")
+MUTABLE = ("max_nas_trial", "max_parallel_nas_trial", "max_failed_nas_trial",
+           "max_trial_retries")
 
 
 @dataclasses.dataclass
@@ -39,6 +40,7 @@ class SearchArgs:
   max_nas_trial: int = 4
   max_parallel_nas_trial: int = 1
   max_failed_nas_trial: int | None = None
+  max_trial_retries: int = 2  # attempts lost with their worker/node, per trial
   target_device_latency_ms: float | None = None
   latency_constraint: str = "soft"
   latency_weight: float = 0.07
@@ -58,45 +60,20 @@ class SearchArgs:
     return data
 
 
-def _die_with_parent() -> None:
-  """Runs in the trial process before exec: a killed driver takes its trials with it (Linux),
-  so a resumed search never races an orphaned attempt of the same trial."""
-  try:
-    import ctypes  # pylint: disable=g-import-not-at-top
-    import signal  # pylint: disable=g-import-not-at-top
-    ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-  except (OSError, AttributeError):
-    pass
-
-
-def _devices() -> list[str | None]:
-  """One slot per GPU (its CUDA_VISIBLE_DEVICES value), or None slots sharing the CPU."""
-  visible = os.environ.get("CUDA_VISIBLE_DEVICES")
-  if visible is not None:
-    ids = [d for d in visible.split(",") if d.strip()]
-  else:
-    try:
-      out = subprocess.run(["nvidia-smi", "--query-gpu=index", "--format=csv,noheader"],
-                           capture_output=True, text=True, timeout=10, check=False)
-      ids = out.stdout.split() if out.returncode == 0 else []
-    except (OSError, subprocess.SubprocessError):
-      ids = []
-  return ids or [None]
-
-
 @dataclasses.dataclass
 class _Running:
   trial_id: str
-  process: subprocess.Popen
-  device: str | None
+  handle: Any
+  slot: Any
   started: float
 
 
-class LocalSearch:
-  """One search_in_local invocation over a job dir."""
+class SearchLoop:
+  """One search invocation over a job dir."""
 
-  def __init__(self, args: SearchArgs):
+  def __init__(self, args: SearchArgs, executor: executors.Executor | None = None):
     self.args = args
+    self.executor = executor or executors.LocalExecutor(stderr.print)
     reward_lib.check(args.latency_constraint, args.target_device_latency_ms, args.latency_weight)
     if args.max_nas_trial < 1 or args.max_parallel_nas_trial < 1:
       raise NascliError("--max_nas_trial and --max_parallel_nas_trial must be at least 1")
@@ -124,11 +101,11 @@ class LocalSearch:
         search_space=self.space_name, nas_params=proposal.nas_params, experiment=a.experiment,
         config_files=[os.path.abspath(p) for p in a.config_files],
         params_override=a.params_override, training_data_path=a.training_data_path,
-        validation_data_path=a.validation_data_path, dataset_dir=a.dataset_dir,
+        validation_data_path=a.validation_data_path, dataset_dir=_absolute(a.dataset_dir),
         target_latency_ms=a.target_device_latency_ms, latency_constraint=a.latency_constraint,
         latency_weight=a.latency_weight, spawned_at=time.time())
 
-  def _start(self, state: journal_lib.JobState, trial_id: str, device: str | None) -> _Running:
+  def _start(self, state: journal_lib.JobState, trial_id: str, slot: Any) -> _Running:
     proposal = state.proposals[trial_id]
     trial_dir = os.path.join(self.args.job_dir, trial_id)
     os.makedirs(trial_dir, exist_ok=True)
@@ -138,24 +115,32 @@ class LocalSearch:
     stale = os.path.join(trial_dir, "job_status.json")
     if os.path.exists(stale):
       os.remove(stale)  # From an interrupted attempt: this attempt writes its own.
-    env = dict(os.environ)
-    if device is not None:
-      env["CUDA_VISIBLE_DEVICES"] = device
-    with open(os.path.join(trial_dir, "trial.log"), "ab") as log:
-      process = subprocess.Popen(  # pylint: disable=consider-using-with
-          [sys.executable, "-m", "nascli.search.trial", spec_path], stdout=log, stderr=log,
-          env=env, cwd=os.getcwd(), preexec_fn=_die_with_parent)
+    handle = self.executor.start(spec_path, trial_dir, slot)
     self.journal.append({"event": "started", "trial_id": trial_id,
                          "attempt": state.attempts.get(trial_id, 0) + 1})
-    return _Running(trial_id, process, device, time.monotonic())
+    return _Running(trial_id, handle, slot, time.monotonic())
 
-  def _finish(self, run: _Running, ctl: controller_lib.Controller,
-              state: journal_lib.JobState) -> None:
+  def _finish(self, run: _Running, outcome: executors.Outcome, ctl: controller_lib.Controller,
+              state: journal_lib.JobState) -> bool:
+    """Journals how the attempt ended; True when the trial must run again (attempt lost)."""
+    if outcome.lost is not None:
+      self.journal.append({"event": "lost", "trial_id": run.trial_id,
+                           "attempt": state.attempts.get(run.trial_id, 1),
+                           "reason": outcome.lost[:500]})
+      lost = state.losses.get(run.trial_id, 0) + 1
+      if lost <= self.args.max_trial_retries:
+        stderr.print(f"trial {run.trial_id}: attempt lost ({outcome.lost[:200]}); retrying")
+        return True
+      self.journal.append({"event": "failed", "trial_id": run.trial_id,
+                           "status": journal_lib.FAILED,
+                           "reason": f"lost {lost} attempts (--max_trial_retries"
+                                     f" {self.args.max_trial_retries}): {outcome.lost}"[:500]})
+      return False
     trial_dir = os.path.join(self.args.job_dir, run.trial_id)
     from tf_vision import job_status  # pylint: disable=g-import-not-at-top
     status = job_status.read(trial_dir) or {}
     analysis_path = os.path.join(trial_dir, "model_analysis.json")
-    if run.process.returncode == 0 and status.get("status") == "completed" and os.path.exists(
+    if outcome.returncode == 0 and status.get("status") == "completed" and os.path.exists(
         analysis_path):
       with open(analysis_path, encoding="utf-8") as f:
         analysis = json.load(f)
@@ -164,12 +149,15 @@ class LocalSearch:
       self.journal.append({"event": "completed", "trial_id": run.trial_id,
                            "reward": analysis["reward"], "metrics": metrics})
       ctl.feedback(state.proposals[run.trial_id].dna, analysis["reward"])
+      return False
     else:
       kind = status.get("status") if status.get("status") in journal_lib.FAILED_STATUSES else (
           journal_lib.FAILED)
-      reason = status.get("reason") or f"trial process exited with code {run.process.returncode}"
+      reason = (status.get("reason") or outcome.error
+                or f"trial process exited with code {outcome.returncode}")
       self.journal.append({"event": "failed", "trial_id": run.trial_id, "status": kind,
                            "reason": reason[:500]})
+    return False
 
   def _table(self, state: journal_lib.JobState, running: dict[str, _Running]) -> Table:
     best = state.best()
@@ -189,6 +177,12 @@ class LocalSearch:
     return table
 
   def run(self) -> journal_lib.JobState:
+    try:
+      return self._run()
+    finally:
+      self.executor.close()
+
+  def _run(self) -> journal_lib.JobState:
     a = self.args
     os.makedirs(a.job_dir, exist_ok=True)
     # pylint: disable=g-import-not-at-top
@@ -204,11 +198,7 @@ class LocalSearch:
       if queue:
         stderr.print(f"resuming {a.job_dir}: {len(state.trial_ids(journal_lib.COMPLETED))}"
                      f" trial(s) done, re-running interrupted trial(s) {', '.join(queue)}")
-      free = _devices()[:a.max_parallel_nas_trial]
-      if len(free) < a.max_parallel_nas_trial and free[0] is not None:
-        stderr.print(f"note: {len(free)} GPU(s): running {len(free)} trial(s) at a time")
-      elif free[0] is None:
-        free = [None] * a.max_parallel_nas_trial
+      free = self.executor.slots(a.max_parallel_nas_trial)
       running: dict[str, _Running] = {}
       stop_reason = None
       # A live table on a terminal; elsewhere (logs, CI) one line per trial and a final table.
@@ -236,19 +226,20 @@ class LocalSearch:
               state = journal_lib.replay(self.journal.events())
             else:
               break
-            device = free.pop(0)
-            running[trial_id] = self._start(state, trial_id, device)
+            running[trial_id] = self._start(state, trial_id, free.pop(0))
             state = journal_lib.replay(self.journal.events())
           live.update(self._table(state, running))
           if not running:
             break
           time.sleep(0.5)
           for trial_id, run in list(running.items()):
-            if run.process.poll() is None:
+            outcome = self.executor.poll(run.handle)
+            if outcome is None:
               continue
             del running[trial_id]
-            free.append(run.device)
-            self._finish(run, ctl, state)
+            free.append(run.slot)
+            if self._finish(run, outcome, ctl, state):
+              queue.insert(0, trial_id)
             state = journal_lib.replay(self.journal.events())
             results.update_all(a.job_dir, state, self.decision_domains)
             if not stderr.is_terminal:
@@ -261,6 +252,11 @@ class LocalSearch:
     if stop_reason:
       stderr.print(stop_reason)
     return state
+
+
+def _absolute(path: str | None) -> str | None:
+  """A local path as the trial sees it from any working directory (URLs stay as they are)."""
+  return path if not path or "://" in path else os.path.abspath(path)
 
 
 class _PlainDisplay:

@@ -1,0 +1,105 @@
+"""Where trial processes run: this machine (subprocesses) or, in ray_executor.py, a Ray cluster.
+
+The search loop only starts attempts and polls them; an executor says how an attempt ended:
+the trial process's exit code (the trial dir holds the details), an error that kept it from
+running, or `lost` when the machine under it went away (the loop retries those).
+"""
+
+import abc
+import dataclasses
+import os
+import subprocess
+import sys
+from typing import Any
+
+TRIAL_LOG = "trial.log"
+
+
+@dataclasses.dataclass(frozen=True)
+class Outcome:
+  returncode: int | None = None
+  error: str | None = None  # the attempt could not run (the trial is failed with this reason)
+  lost: str | None = None  # the worker or node died under it (the trial is retried)
+
+
+def die_with_parent() -> None:
+  """Runs in the trial process before exec: a killed parent (the search driver, or the Ray
+  worker) takes its trial with it (Linux), so no orphaned attempt races a retry of the trial."""
+  try:
+    import ctypes  # pylint: disable=g-import-not-at-top
+    import signal  # pylint: disable=g-import-not-at-top
+    ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+  except (OSError, AttributeError):
+    pass
+
+
+def trial_command(spec_path: str) -> list[str]:
+  return [sys.executable, "-m", "nascli.search.trial", spec_path]
+
+
+def start_trial_process(spec_path: str, trial_dir: str, env: dict[str, str] | None = None,
+                        cwd: str | None = None) -> subprocess.Popen:
+  with open(os.path.join(trial_dir, TRIAL_LOG), "ab") as log:
+    return subprocess.Popen(  # pylint: disable=consider-using-with
+        trial_command(spec_path), stdout=log, stderr=log, env=env, cwd=cwd,
+        preexec_fn=die_with_parent)
+
+
+def local_gpus() -> list[str]:
+  """This machine's GPUs as CUDA_VISIBLE_DEVICES values (the visible ones, if that is set)."""
+  visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+  if visible is not None:
+    return [d for d in visible.split(",") if d.strip()]
+  try:
+    out = subprocess.run(["nvidia-smi", "--query-gpu=index", "--format=csv,noheader"],
+                         capture_output=True, text=True, timeout=10, check=False)
+    return out.stdout.split() if out.returncode == 0 else []
+  except (OSError, subprocess.SubprocessError):
+    return []
+
+
+class Executor(abc.ABC):
+  """Runs trial attempts; `slots` bounds how many run at once."""
+
+  @abc.abstractmethod
+  def slots(self, max_parallel: int) -> list[Any]:
+    """One token per attempt that may run at once (a GPU id, or None)."""
+
+  @abc.abstractmethod
+  def start(self, spec_path: str, trial_dir: str, slot: Any) -> Any:
+    """Starts an attempt; returns its handle."""
+
+  @abc.abstractmethod
+  def poll(self, handle: Any) -> Outcome | None:
+    """None while the attempt runs, else how it ended."""
+
+  def describe(self) -> str:
+    return ""
+
+  def close(self) -> None:
+    pass
+
+
+class LocalExecutor(Executor):
+  """Trial processes on this machine, one GPU each when there are GPUs, else sharing the CPU."""
+
+  def __init__(self, stderr_print=print):
+    self._print = stderr_print
+
+  def slots(self, max_parallel: int) -> list[Any]:
+    gpus = local_gpus()
+    if not gpus:
+      return [None] * max_parallel
+    if len(gpus) < max_parallel:
+      self._print(f"note: {len(gpus)} GPU(s): running {len(gpus)} trial(s) at a time")
+    return gpus[:max_parallel]
+
+  def start(self, spec_path: str, trial_dir: str, slot: Any) -> subprocess.Popen:
+    env = dict(os.environ)
+    if slot is not None:
+      env["CUDA_VISIBLE_DEVICES"] = slot
+    return start_trial_process(spec_path, trial_dir, env=env, cwd=os.getcwd())
+
+  def poll(self, handle: subprocess.Popen) -> Outcome | None:
+    code = handle.poll()
+    return None if code is None else Outcome(returncode=code)
