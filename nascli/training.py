@@ -141,6 +141,9 @@ class _Display:
     self.progress.refresh()
 
 
+MULTI_WORKER_FILE_SEED = 20260101
+
+
 def train(args: TrainArgs) -> dict:
   """Trains as the arguments say; returns the run's result for stdout."""
   run_plan = plan(args)
@@ -162,6 +165,12 @@ def train(args: TrainArgs) -> dict:
                       " --model_dir")
   strategy = distribute.build_strategy(params.runtime.distribution_strategy,
                                        params.runtime.num_gpus)
+  if (isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy)
+      and params.task.train_data.seed is None):
+    # Model Garden shuffles the file list before giving each worker its share; unseeded, every
+    # worker draws its own order and the shares overlap. One seed on all workers makes them
+    # disjoint and equal (FastNN's rule, which `convert-data --num_workers` prepares for).
+    params = params.replace(task={"train_data": {"seed": MULTI_WORKER_FILE_SEED}})
   performance.set_mixed_precision_policy(params.runtime.mixed_precision_dtype)
   tf.io.gfile.makedirs(model_dir)
   if getattr(params.task, "annotation_file", "unset") is None and args.mode != "train":
