@@ -3,6 +3,7 @@
     python bench/bench_search.py overhead [--trials 3] [--proxy_seconds 120]
     python bench/bench_search.py algorithms [--seeds 1,2,3] [--trials 12]
                                             [--population_size 4] [--tournament_size 2]
+    python bench/bench_search.py throughput [--trials 6]
     (both: [--work_dir /tmp/nascli_bench_search] [--out bench/results/search_<part>.json])
 
 Every search is the real command, `python -m nascli search_in_local --prebuilt_search_space
@@ -33,9 +34,11 @@ import argparse
 import json
 import os
 import platform
+import shutil
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -44,9 +47,11 @@ TESTING_YAML = ROOT / "tf_vision" / "test_files" / "fast_nas_classification_sear
 TARGET_MS = 2.0
 
 
-def search(job_dir: Path, work_dir: Path, *flags: str, target_ms: float | None = TARGET_MS) -> dict:
-  """Runs one search_in_local; returns its wall time and every trial's analysis."""
-  cmd = [sys.executable, "-m", "nascli", "search_in_local", "--prebuilt_search_space", "mnasnet",
+def search(job_dir: Path, work_dir: Path, *flags: str, target_ms: float | None = TARGET_MS,
+           command: str = "search_in_local") -> dict:
+  """Runs one search (search_in_local, or search on Ray); returns its wall time and every
+  trial's analysis."""
+  cmd = [sys.executable, "-m", "nascli", command, "--prebuilt_search_space", "mnasnet",
          "--local_output_dir", str(job_dir), "--json", *flags]
   if target_ms is not None:
     cmd += ["--target_device_latency_ms", str(target_ms)]
@@ -143,9 +148,48 @@ def algorithms(args) -> dict:
           "evolution_wins": sum(d > 0 for d in diffs), "ties": sum(d == 0 for d in diffs)}
 
 
+def throughput(args) -> dict:
+  """Trials per hour, local processes against Ray tasks, 1 and 2 at a time."""
+  work = Path(args.work_dir)
+  ray_dir = tempfile.mkdtemp(prefix="rayb", dir="/tmp")
+  runs = []
+  try:
+    for parallel in (1, 2):
+      for command in ("search_in_local", "search"):
+        flags = ["--max_nas_trial", str(args.trials), "--max_parallel_nas_trial", str(parallel),
+                 "--seed", "1", "--overwrite"]
+        if command == "search":
+          flags += ["--ray_address", "local", "--ray_num_cpus", "2", "--ray_temp_dir", ray_dir]
+        result = search(work / f"tp_{command}_{parallel}", work, *flags, command=command)
+        trials = result["trials"]
+        runs.append({
+            "executor": "ray (local instance)" if command == "search" else "local processes",
+            "parallel": parallel, "trials": len(trials), "wall_s": round(result["wall_s"], 1),
+            "trials_per_hour": round(len(trials) / result["wall_s"] * 3600, 1),
+            # spawn (spec written) -> the trial's training starts: process start and imports,
+            # plus, on Ray, the task's scheduling and worker hand-off.
+            "startup_s_median": _median([t["timing"]["startup_s"] for t in trials]),
+            "trial_total_s_median": _median([t["timing"]["total_s"] for t in trials])})
+        print(f"{runs[-1]['executor']} x{parallel}: {runs[-1]['trials_per_hour']} trials/h",
+              file=sys.stderr)
+  finally:
+    shutil.rmtree(ray_dir, ignore_errors=True)
+  by = {(r["executor"].split()[0], r["parallel"]): r for r in runs}
+  ratios = {}
+  for p in (1, 2):
+    ratios[f"ray/local trials per hour, {p} at a time"] = round(
+        by[("ray", p)]["trials_per_hour"] / by[("local", p)]["trials_per_hour"], 3)
+    ratios[f"ray scheduling overhead per trial, {p} at a time (s, startup difference)"] = round(
+        by[("ray", p)]["startup_s_median"] - by[("local", p)]["startup_s_median"], 2)
+  for e in ("local", "ray"):
+    ratios[f"{e}: 2 at a time / 1 at a time, trials per hour"] = round(
+        by[(e, 2)]["trials_per_hour"] / by[(e, 1)]["trials_per_hour"], 3)
+  return {"runs": runs, "ratios": ratios}
+
+
 def main() -> None:
   parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-  parser.add_argument("part", choices=("overhead", "algorithms"))
+  parser.add_argument("part", choices=("overhead", "algorithms", "throughput"))
   parser.add_argument("--work_dir", default="/tmp/nascli_bench_search")
   parser.add_argument("--out")
   parser.add_argument("--trials", type=int)
@@ -156,9 +200,10 @@ def main() -> None:
   parser.add_argument("--tournament_size", type=int, default=2)
   args = parser.parse_args()
   if args.trials is None:
-    args.trials = 3 if args.part == "overhead" else 12
+    args.trials = {"overhead": 3, "algorithms": 12, "throughput": 6}[args.part]
   start = time.monotonic()
-  result = overhead(args) if args.part == "overhead" else algorithms(args)
+  result = {"overhead": overhead, "algorithms": algorithms, "throughput": throughput}[
+      args.part](args)
   report = {"part": args.part, "args": vars(args),
             "machine": {"platform": platform.platform(), "cpus": os.cpu_count(),
                         "python": platform.python_version()},
