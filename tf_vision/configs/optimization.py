@@ -10,7 +10,7 @@ A later optimizer (e.g. THOR) is added the same way: a config dataclass and one 
 """
 
 import dataclasses
-from typing import Any
+from typing import Any, List, Optional
 
 from official.core import config_definitions as cfg
 from official.modeling.hyperparams import base_config
@@ -58,10 +58,43 @@ class FtrlConfig(optimizer_config.BaseOptimizerConfig):
 
 
 @dataclasses.dataclass
+class ThorConfig(optimizer_config.BaseOptimizerConfig):
+  """`tf_vision.optimization.thor.Thor`'s constructor arguments (learning rate from the schedule).
+
+  The trainer must also call `thor.maybe_attach_thor(model, optimizer)`, which hooks the
+  model's Conv2D/Dense layers; MindSpore's ResNet-50 values are in the defaults' comments.
+
+  Attributes:
+    name: name of the optimizer.
+    momentum: non-Nesterov momentum (0.9).
+    frequency: steps between refreshes of the factors and inverses (834).
+    damping_init: damping at the start (GPU 0.02345, Ascend 0.03).
+    damping_decay: damping factor per 10 epochs (GPU 0.5467, Ascend 0.87).
+    steps_per_epoch: steps per epoch of the damping schedule; 0 keeps damping_init constant.
+    block_size: size of the diagonal blocks the factors are inverted in (128).
+    weight_decay: coefficient added after preconditioning (MindSpore 5e-4; 0 when the model
+      already carries an L2 regularizer).
+    exclude_from_weight_decay: regexes of variable names that get no weight decay.
+    loss_scale: fixed factor the loss is multiplied by outside any LossScaleOptimizer.
+  """
+  name: str = "Thor"
+  momentum: float = 0.9
+  frequency: int = 834
+  damping_init: float = 0.03
+  damping_decay: float = 0.87
+  steps_per_epoch: int = 0
+  block_size: int = 128
+  weight_decay: float = 0.0
+  exclude_from_weight_decay: Optional[List[str]] = None
+  loss_scale: float = 1.0
+
+
+@dataclasses.dataclass
 class OptimizerConfig(optimization_config.OptimizerConfig):
-  """Model Garden's optimizer one-of plus `adadelta` and `ftrl`."""
+  """Model Garden's optimizer one-of plus `adadelta`, `ftrl` and `thor`."""
   adadelta: AdadeltaConfig = dataclasses.field(default_factory=AdadeltaConfig)
   ftrl: FtrlConfig = dataclasses.field(default_factory=FtrlConfig)
+  thor: ThorConfig = dataclasses.field(default_factory=ThorConfig)
 
 
 @dataclasses.dataclass
@@ -87,9 +120,33 @@ class FastnnDecayLrConfig(base_config.Config):
 
 
 @dataclasses.dataclass
+class ThorLrConfig(base_config.Config):
+  """THOR's polynomial learning rate (`tf_vision.optimization.thor_schedules.ThorPolynomial`).
+
+  lr = lr_init * (1 - e / lr_end_epoch) ** lr_decay with e = (step + 1) / steps_per_epoch,
+  halved from each epoch of `halving_epochs` on. Defaults: MindSpore's GPU ResNet-50 values.
+
+  Attributes:
+    name: name of the schedule.
+    lr_init: starting rate.
+    lr_decay: power of the polynomial.
+    lr_end_epoch: epoch where the polynomial reaches 0.
+    steps_per_epoch: steps in one epoch (global batches).
+    halving_epochs: epochs from which the rate is halved (MindSpore: 39 and 40).
+  """
+  name: str = "ThorPolynomial"
+  lr_init: float = 0.05672
+  lr_decay: float = 4.9687
+  lr_end_epoch: float = 50.0
+  steps_per_epoch: int = 5004
+  halving_epochs: List[float] = dataclasses.field(default_factory=lambda: [39.0, 40.0])
+
+
+@dataclasses.dataclass
 class LrConfig(optimization_config.LrConfig):
-  """Model Garden's learning-rate one-of plus `fastnn`."""
+  """Model Garden's learning-rate one-of plus `fastnn` and `thor_lr`."""
   fastnn: FastnnDecayLrConfig = dataclasses.field(default_factory=FastnnDecayLrConfig)
+  thor_lr: ThorLrConfig = dataclasses.field(default_factory=ThorLrConfig)
 
 
 @dataclasses.dataclass
