@@ -141,3 +141,13 @@ def test_bad_runtime_env_is_one_line(cli, tmp_path):
                         tmp_path / "job")
   assert code == 1 and stderr.startswith("Error: --runtime_env: not valid JSON")
   assert len(stderr.strip().splitlines()) == 1
+
+
+def test_no_cluster_at_auto_is_one_line_with_a_hint(cli, tmp_path, monkeypatch):
+  monkeypatch.delenv("RAY_ADDRESS", raising=False)
+  code, _, stderr = cli("search", "--ray_address", "auto", "--local_output_dir",
+                        tmp_path / "job")
+  assert code == 1 and len(stderr.strip().splitlines()) == 1, stderr
+  assert stderr.startswith("Error: --ray_address auto: cannot connect to Ray")
+  assert "--ray_address local" in stderr
+  assert not (tmp_path / "job").exists()

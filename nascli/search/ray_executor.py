@@ -55,8 +55,10 @@ class RayExecutor(executors.Executor):
     try:
       ray.init(**init)
     except (ConnectionError, RuntimeError, ValueError) as e:
+      hint = (" (start one with `ray start --head`, or use --ray_address local for a private"
+              " instance)" if address == "auto" else "")
       raise NascliError(f"--ray_address {address}: cannot connect to Ray: "
-                        f"{' '.join(str(e).split())[:300]}") from e
+                        f"{' '.join(str(e).split())[:300]}{hint}") from e
     resources = ray.cluster_resources()
     if resources.get("CPU", 0) < num_cpus_per_trial or (
         resources.get("GPU", 0) < num_gpus_per_trial):
