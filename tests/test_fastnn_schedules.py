@@ -197,9 +197,9 @@ def test_registered_in_model_garden_tables():
   assert optimizer_factory.LR_CLS["fastnn"] is schedules.FastnnDecay
   assert optimizer_factory.WARMUP_CLS["t2t"] is schedules.T2tWarmup
   # Registering again (a re-import) is a no-op; another class under the key is refused.
-  schedules._register(optimizer_factory.LR_CLS, "fastnn", schedules.FastnnDecay)
+  schedules.register_schedule(optimizer_factory.LR_CLS, "fastnn", schedules.FastnnDecay)
   with pytest.raises(ValueError, match="already registered"):
-    schedules._register(optimizer_factory.LR_CLS, "fastnn", schedules.T2tWarmup)
+    schedules.register_schedule(optimizer_factory.LR_CLS, "fastnn", schedules.T2tWarmup)
   assert optimizer_factory.LR_CLS["fastnn"] is schedules.FastnnDecay
 
 

@@ -151,7 +151,7 @@ def test_registration_is_idempotent():
   assert optimizer_factory.LEGACY_OPTIMIZERS_CLS["ftrl"] is legacy.Ftrl
   assert optimizer_factory.NEW_OPTIMIZERS_CLS["ftrl"] is tf_keras.optimizers.experimental.Ftrl
   for key, (legacy_cls, new_cls) in optimizers.OPTIMIZERS.items():
-    optimizers._register(key, legacy_cls, use_legacy_optimizer=True)
-    optimizers._register(key, new_cls, use_legacy_optimizer=False)
+    optimizers.register_optimizer(key, legacy_cls, use_legacy_optimizer=True)
+    optimizers.register_optimizer(key, new_cls, use_legacy_optimizer=False)
   with pytest.raises(ValueError, match="already registered"):
-    optimizers._register("ftrl", legacy.Adadelta, use_legacy_optimizer=True)
+    optimizers.register_optimizer("ftrl", legacy.Adadelta, use_legacy_optimizer=True)

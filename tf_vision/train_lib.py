@@ -24,6 +24,7 @@ from official.core import base_task, task_factory, train_lib, train_utils
 from official.core import config_definitions as cfg
 from tf_vision import eval_lib, job_status
 from tf_vision import registry_imports  # noqa: F401  pylint: disable=unused-import
+from tf_vision.optimization import thor
 
 LOG_FILE = "log"
 METRICS_FILE = "train_metrics.jsonl"
@@ -224,6 +225,7 @@ def run(params: cfg.ExperimentConfig, model_dir: str, strategy: tf.distribute.St
     runner = _Runner(distribution_strategy=strategy, task=task,
                      mode="train" if mode == "train_and_post_eval" else mode, params=params,
                      model_dir=model_dir)
+    thor.maybe_attach_thor(runner.trainer.model, runner.trainer.optimizer)  # THOR (issue 6)
     _, eval_logs = runner.run()
     if mode == "train_and_post_eval":
       # The runner's own final checkpoint: a non-chief worker's is in its temporary dir.

@@ -18,15 +18,20 @@ OPTIMIZERS = {
 }
 
 
-def _register(key: str, cls: type, use_legacy_optimizer: bool) -> None:
-  """register_optimizer_cls, except that registering the same class again is a no-op."""
+def register_optimizer(key: str, cls: type, use_legacy_optimizer: bool) -> None:
+  """register_optimizer_cls, except that registering the same class again (or a re-import of
+  its module) is a no-op instead of an error."""
   table = (optimizer_factory.LEGACY_OPTIMIZERS_CLS if use_legacy_optimizer
            else optimizer_factory.NEW_OPTIMIZERS_CLS)
-  if table.get(key) is cls:
+  existing = table.get(key)
+  if existing is cls:
+    return
+  if existing is not None and existing.__qualname__ == cls.__qualname__:
+    table[key] = cls
     return
   optimizer_factory.register_optimizer_cls(key, cls, use_legacy_optimizer=use_legacy_optimizer)
 
 
 for _key, (_legacy_cls, _new_cls) in OPTIMIZERS.items():
-  _register(_key, _legacy_cls, use_legacy_optimizer=True)
-  _register(_key, _new_cls, use_legacy_optimizer=False)
+  register_optimizer(_key, _legacy_cls, use_legacy_optimizer=True)
+  register_optimizer(_key, _new_cls, use_legacy_optimizer=False)

@@ -199,7 +199,7 @@ class T2tWarmup(tf_keras.optimizers.schedules.LearningRateSchedule):
     return cls(**config)
 
 
-def _register(table: dict, key: str, cls: type) -> None:
+def register_schedule(table: dict, key: str, cls: type) -> None:
   """Registers `cls` under `key`; a re-import (same class name) replaces the old entry."""
   existing = table.get(key)
   if existing is not None and existing is not cls and (
@@ -208,5 +208,5 @@ def _register(table: dict, key: str, cls: type) -> None:
   table[key] = cls
 
 
-_register(optimizer_factory.LR_CLS, "fastnn", FastnnDecay)
-_register(optimizer_factory.WARMUP_CLS, "t2t", T2tWarmup)
+register_schedule(optimizer_factory.LR_CLS, "fastnn", FastnnDecay)
+register_schedule(optimizer_factory.WARMUP_CLS, "t2t", T2tWarmup)

@@ -1,0 +1,538 @@
+"""THOR, MindSpore's second-order optimizer (K-FAC with block-diagonal factors), for tf_keras.
+
+Algorithm: shared/reference/fastnn_thor.md Part B. An optimizer sees only gradients, so the
+Kronecker factors are captured by the layers: `attach_thor(model, optimizer)` wraps the `call`
+of every tf_keras Conv2D and Dense (the Fisher blocks) with an identity whose custom gradient
+records, on refresh steps only,
+
+  A = X^T X / M   X: the layer input as rows, im2col patches for a convolution
+                  (tf.image.extract_patches, same strides/padding/dilation, rows in the kernel's
+                  [kh, kw, C_in] order), M = N * T rows, T = output positions per example
+                  (H_out * W_out for a conv, 1 for a Dense on [N, C] inputs);
+  G = D^T D / M   D: the output gradient as rows, multiplied by the global batch size N_g and
+                  divided by the loss scale, i.e. the gradient of each example's own loss when
+                  the training loss is the mean over the global batch (Model Garden and Keras
+                  divide each replica's mean by the replica count).
+
+These are K-FAC's per-example-and-position averages, MindSpore's Ascend variant (§B.2); the GPU
+variant's batch-mean estimate is cruder. Both are computed in the backward pass, so a forward
+pass that computes no gradient (evaluation) never touches them. Only the diagonal blocks of
+size `block_size` are ever formed: THOR's hardware-driven splitting drops the rest (§B.3).
+
+At a refresh step (`iterations % frequency == 0`, the first step included; retried at the next
+step when a LossScaleOptimizer skipped its update) the optimizer averages the factors over
+replicas, damps and inverts each diagonal block by Cholesky:
+
+  A_inv = (A + sqrt(lambda / T) I)^-1 * sqrt(1 / T),  G_inv likewise,
+
+which is MindSpore's conv damping and its `feature_map` factor 1/T split over both inverses
+(§B.3); for a Dense T = 1, i.e. A + sqrt(lambda) I. With these factors the conv Fisher block
+is T * (A kron G), so this is (sqrt(T) A + sqrt(lambda) I)^-1 grad (sqrt(T) G + sqrt(lambda) I)^-1:
+Tikhonov damping lambda split evenly over the factors. lambda is `damping`, a float or a
+schedule of the step (THOR's: `thor_schedules.ThorDamping`), read at refresh steps only.
+The last block of a factor whose size is not a multiple of the block size is padded with an
+identity (its gradient rows are zero), which gives exactly the unpadded block's inverse.
+
+Every step, for each hooked kernel W ([kh, kw, C_in, C_out] or [C_in, C_out]), the gradient is
+reshaped to [d_A, C_out] and replaced by A_inv grad G_inv (MindSpore's G^-1 grad A^-1 in its
+[C_out, d_A] layout), using the inverses of the last refresh; then weight decay is added
+(`weight_decay * w`, after preconditioning, to every trainable variable not matched by
+`exclude_from_weight_decay`, as MindSpore does), and MindSpore's non-Nesterov momentum runs:
+v <- momentum * v + g; w <- w - lr * v. Every other variable (BatchNorm, biases, depthwise
+convolutions) is first-order: momentum SGD with the same weight decay.
+
+Hooked layers: tf_keras Conv2D (groups 1, channels_last; not Conv2DTranspose) and Dense.
+DepthwiseConv2D, SeparableConv2D and the rest stay first-order (a depthwise kernel has no
+input-channel mixing for A to describe). Biases are first-order too (MindSpore's layers have
+none). A layer called several times in one step records its last call.
+
+Distribution: factors are SyncOnRead(MEAN) variables, so at a refresh the cross-replica read
+averages them over replicas (an all-reduce in replica context when the strategy runs without
+merge_call) and every replica builds the same inverses. Gradients are aggregated as usual
+before preconditioning (a linear map, identical on all replicas). Factors and inverses are in
+the optimizer's checkpoint (inverses as slots of the kernels), so a restore resumes exactly.
+
+Loss scaling: a wrapping LossScaleOptimizer already unscales the gradients; its current scale
+is divided out of the captured output gradients. `loss_scale` (a fixed factor, for a loss
+scaled by hand) is divided out of both.
+"""
+
+import contextlib
+import dataclasses
+import functools
+import math
+import re
+from typing import Any, Callable, Sequence
+
+import tensorflow as tf
+import tf_keras
+from tf_keras.src.optimizers.legacy import optimizer_v2
+
+from tf_vision.optimization import optimizers
+from tf_vision.optimization import thor_schedules
+
+_var_key = optimizer_v2._var_key  # pylint: disable=protected-access
+
+A_INV_SLOT = "thor_a_inv"
+G_INV_SLOT = "thor_g_inv"
+
+
+@dataclasses.dataclass(frozen=True)
+class BlockLayout:
+  """How a factor of size `dim` is split into `num_blocks` diagonal blocks of size `block`."""
+  dim: int
+  block: int
+
+  @property
+  def num_blocks(self) -> int:
+    return -(-self.dim // self.block)
+
+  @property
+  def padded(self) -> int:
+    return self.num_blocks * self.block
+
+  @property
+  def shape(self) -> list[int]:
+    return [self.num_blocks, self.block, self.block]
+
+  @classmethod
+  def of(cls, dim: int, block_size: int) -> "BlockLayout":
+    return cls(dim=dim, block=max(1, min(block_size, dim)))
+
+
+@dataclasses.dataclass
+class ThorLayer:
+  """One hooked layer: its kernel, factor layouts and the factor variables (block-diagonal)."""
+  layer: tf_keras.layers.Layer
+  kind: str  # "conv" or "dense"
+  kernel: tf.Variable
+  a_layout: BlockLayout
+  g_layout: BlockLayout
+  a: tf.Variable  # [num_blocks, block, block] diagonal blocks of A
+  g: tf.Variable  # same for G
+  positions: tf.Variable  # T, output positions per example
+
+
+def gram_blocks(rows: tf.Tensor, layout: BlockLayout) -> tf.Tensor:
+  """The diagonal blocks of rows^T rows, [num_blocks, block, block] (last block zero-padded)."""
+  pad = layout.padded - layout.dim
+  if pad:
+    rows = tf.pad(rows, [[0, 0], [0, pad]])
+  rows = tf.reshape(rows, [-1, layout.num_blocks, layout.block])
+  return tf.einsum("mni,mnj->nij", rows, rows)
+
+
+def damped_block_inverse(blocks: tf.Tensor, damping: tf.Tensor) -> tf.Tensor:
+  """(B + damping I)^-1 for each block of [n, b, b], by Cholesky."""
+  eye = tf.eye(blocks.shape[-1], batch_shape=[blocks.shape[0]], dtype=blocks.dtype)
+  chol = tf.linalg.cholesky(blocks + damping * eye)
+  return tf.linalg.cholesky_solve(chol, eye)
+
+
+def precondition(grad: tf.Tensor, a_inv: tf.Tensor, g_inv: tf.Tensor,
+                 a_layout: BlockLayout, g_layout: BlockLayout) -> tf.Tensor:
+  """blockdiag(A_inv) @ grad2d @ blockdiag(G_inv), grad2d = grad as [d_A, C_out]."""
+  shape = grad.shape
+  x = tf.reshape(grad, [a_layout.dim, g_layout.dim])
+  pad_a, pad_g = a_layout.padded - a_layout.dim, g_layout.padded - g_layout.dim
+  if pad_a or pad_g:
+    x = tf.pad(x, [[0, pad_a], [0, pad_g]])
+  x = tf.matmul(a_inv, tf.reshape(x, [a_layout.num_blocks, a_layout.block, g_layout.padded]))
+  x = tf.reshape(x, [a_layout.padded, g_layout.num_blocks, g_layout.block])
+  x = tf.reshape(tf.einsum("inj,njk->ink", x, g_inv), [a_layout.padded, g_layout.padded])
+  if pad_a or pad_g:
+    x = x[:a_layout.dim, :g_layout.dim]
+  return tf.reshape(x, shape)
+
+
+def _eye_initializer(layout: BlockLayout) -> Callable[..., tf.Tensor]:
+  """Identity blocks: before its first refresh a kernel is updated like plain SGD."""
+  def init(shape=None, dtype=tf.float32, **kwargs):
+    del shape, kwargs
+    return tf.eye(layout.block, batch_shape=[layout.num_blocks], dtype=dtype)
+  return init
+
+
+@tf_keras.utils.register_keras_serializable(package="nascli")
+class Thor(tf_keras.optimizers.legacy.Optimizer):
+  """THOR: momentum SGD on Kronecker-factored, block-diagonal natural gradients.
+
+  Call `attach_thor(model, optimizer)` once both exist and before the first training step;
+  without it every variable is trained first-order. See the module docstring for the math.
+  """
+
+  _HAS_AGGREGATE_GRAD = True
+
+  def __init__(self,
+               learning_rate=0.1,
+               momentum: float = 0.9,
+               frequency: int = 100,
+               damping_init: float = 0.03,
+               damping_decay: float = 1.0,
+               steps_per_epoch: int = 0,
+               damping=None,
+               block_size: int = 128,
+               weight_decay: float = 0.0,
+               exclude_from_weight_decay: Sequence[str] | None = None,
+               loss_scale: float = 1.0,
+               name: str = "Thor",
+               **kwargs):
+    """Sets the hyperparameters.
+
+    Args:
+      learning_rate: a float or a schedule of the step (THOR's: `thor_schedules.ThorPolynomial`).
+      momentum: momentum of v <- momentum * v + g; 0 for plain SGD.
+      frequency: factors and inverses are refreshed every `frequency` steps, from step 0.
+      damping_init: THOR damping at the start (used when `damping` is None).
+      damping_decay: damping factor per 10 epochs; with steps_per_epoch > 0 the damping is
+        `ThorDamping(damping_init, damping_decay, steps_per_epoch)`, else damping_init.
+      steps_per_epoch: steps per epoch for the damping schedule (0: constant damping).
+      damping: overrides the three above: a float, a schedule of the step or its config.
+      block_size: size of the diagonal blocks the factors are split into (THOR: 128).
+      weight_decay: coefficient of w added to each gradient after preconditioning.
+      exclude_from_weight_decay: regexes; variables whose name matches one get no decay.
+      loss_scale: fixed factor the loss was multiplied by (not a LossScaleOptimizer's).
+      name: name of the optimizer.
+      **kwargs: clipnorm, clipvalue, global_clipnorm, decay, as for any legacy optimizer.
+
+    Raises:
+      ValueError: a setting out of range.
+    """
+    super().__init__(name, **kwargs)
+    if isinstance(momentum, (int, float)) and not 0 <= momentum <= 1:
+      raise ValueError(f"momentum must be in [0, 1], got {momentum}")
+    if int(frequency) < 1:
+      raise ValueError(f"frequency must be >= 1, got {frequency}")
+    if int(block_size) < 1:
+      raise ValueError(f"block_size must be >= 1, got {block_size}")
+    if float(loss_scale) <= 0:
+      raise ValueError(f"loss_scale must be > 0, got {loss_scale}")
+    self._set_hyper("learning_rate", kwargs.get("lr", learning_rate))
+    self._set_hyper("decay", self._initial_decay)
+    self._set_hyper("momentum", momentum)
+    self._momentum = not isinstance(momentum, (int, float)) or momentum > 0
+    self.frequency = int(frequency)
+    if damping is None:
+      damping = (thor_schedules.ThorDamping(damping_init, damping_decay, steps_per_epoch)
+                 if steps_per_epoch > 0 and damping_decay != 1.0 else float(damping_init))
+    elif isinstance(damping, dict):
+      damping = tf_keras.optimizers.schedules.deserialize(damping)
+    self.damping = damping
+    self.block_size = int(block_size)
+    self.weight_decay = float(weight_decay)
+    self.exclude_from_weight_decay = list(exclude_from_weight_decay or [])
+    self.loss_scale_factor = float(loss_scale)
+    self._thor_layers: dict[Any, ThorLayer] = {}
+    self._dynamic_loss_scale: Callable[[], tf.Tensor] | None = None
+    self._refreshed_at = None
+
+  # --- layers -----------------------------------------------------------------------------
+
+  @property
+  def thor_layers(self) -> list[ThorLayer]:
+    return list(self._thor_layers.values())
+
+  def thor_layer(self, kernel: tf.Variable) -> ThorLayer | None:
+    return self._thor_layers.get(_var_key(kernel))
+
+  def register_layer(self, layer: tf_keras.layers.Layer, kind: str) -> ThorLayer:
+    """Creates the factor variables of `layer` (idempotent); attach_thor hooks its call."""
+    key = _var_key(layer.kernel)
+    if key in self._thor_layers:
+      return self._thor_layers[key]
+    index = len(self._thor_layers)
+    shape = layer.kernel.shape
+    a_layout = BlockLayout.of(math.prod(shape[:-1]), self.block_size)
+    g_layout = BlockLayout.of(shape[-1], self.block_size)
+
+    def factor(name, fshape):
+      # Named by hook order, which is the model's layer order: a rebuilt model restores them.
+      return self.add_weight(f"thor_{index}_{name}", shape=fshape, dtype=tf.float32,
+                             initializer="zeros", trainable=False,
+                             synchronization=tf.VariableSynchronization.ON_READ,
+                             aggregation=tf.VariableAggregation.MEAN)
+
+    with self._distribution_strategy_scope():
+      state = ThorLayer(layer=layer, kind=kind, kernel=layer.kernel, a_layout=a_layout,
+                        g_layout=g_layout, a=factor("a", a_layout.shape),
+                        g=factor("g", g_layout.shape), positions=factor("positions", []))
+    self._weights.extend([state.a, state.g, state.positions])
+    self._thor_layers[key] = state
+    return state
+
+  def set_dynamic_loss_scale(self, fn: Callable[[], tf.Tensor] | None) -> None:
+    """The wrapping LossScaleOptimizer's current scale, divided out of output gradients."""
+    self._dynamic_loss_scale = fn
+
+  @property
+  def refreshed_at(self) -> tf.Variable:
+    """The step of the last refresh (-1: none yet); checkpointed with the optimizer."""
+    if self._refreshed_at is None:
+      with self._distribution_strategy_scope():
+        self._refreshed_at = self.add_weight(
+            "thor_refreshed_at", shape=[], dtype=tf.int64,
+            initializer=tf_keras.initializers.Constant(-1), trainable=False,
+            aggregation=tf.VariableAggregation.NONE)
+      self._weights.append(self._refreshed_at)
+    return self._refreshed_at
+
+  def is_refresh_step(self) -> tf.Tensor:
+    """True at steps 0, frequency, 2 * frequency, ..., and after one whose update was skipped.
+
+    A LossScaleOptimizer skips the update of a step with non-finite gradients but still counts
+    it; a refresh step skipped so is retried at the next step rather than `frequency` later.
+    """
+    scheduled = self.iterations - tf.math.floormod(self.iterations, self.frequency)
+    return self.refreshed_at < scheduled
+
+  def damping_at(self, step) -> tf.Tensor:
+    if callable(self.damping):
+      return tf.cast(self.damping(step), tf.float32)
+    return tf.constant(float(self.damping), tf.float32)
+
+  def record_factors(self, state: ThorLayer, inputs: tf.Tensor, dy: tf.Tensor) -> tf.Tensor:
+    """On a refresh step, A and G of `state` from a layer input and its output gradient.
+
+    Runs in the backward pass (replica context); returns a bool tensor: refreshed or not.
+    """
+    def record():
+      x = tf.cast(inputs, tf.float32)
+      d = tf.cast(dy, tf.float32)
+      layer = state.layer
+      if state.kind == "conv":
+        kh, kw = layer.kernel_size
+        x = tf.image.extract_patches(
+            x, sizes=[1, kh, kw, 1], strides=[1, *layer.strides, 1],
+            rates=[1, *layer.dilation_rate, 1], padding=layer.padding.upper())
+      x = tf.reshape(x, [-1, state.a_layout.dim])
+      d = tf.reshape(d, [-1, state.g_layout.dim])
+      batch = tf.cast(tf.shape(inputs)[0], tf.float32)
+      rows = tf.cast(tf.shape(x)[0], tf.float32)
+      replicas = tf.distribute.get_strategy().num_replicas_in_sync
+      scale = batch * replicas / self.loss_scale_factor
+      if self._dynamic_loss_scale is not None:
+        scale = scale / tf.cast(self._dynamic_loss_scale(), tf.float32)
+      d = d * scale
+      ops = [state.a.assign(gram_blocks(x, state.a_layout) / rows, read_value=False),
+             state.g.assign(gram_blocks(d, state.g_layout) / rows, read_value=False),
+             state.positions.assign(rows / batch, read_value=False)]
+      with tf.control_dependencies(ops):
+        return tf.constant(True)
+    return tf.cond(self.is_refresh_step(), record, lambda: tf.constant(False))
+
+  # --- refresh ------------------------------------------------------------------------------
+
+  @staticmethod
+  def _replica_mean(var: tf.Variable) -> tf.Tensor:
+    """A SyncOnRead(MEAN) variable averaged over the replicas."""
+    if tf.distribute.in_cross_replica_context():
+      return tf.convert_to_tensor(var)  # the cross-replica read reduces with MEAN
+    ctx = tf.distribute.get_replica_context()
+    value = tf.convert_to_tensor(var)
+    if ctx.num_replicas_in_sync > 1:
+      value = ctx.all_reduce(tf.distribute.ReduceOp.MEAN, value)
+    return value
+
+  def _refresh(self, states: Sequence[ThorLayer]) -> tf.Tensor:
+    """On a refresh step, the damped block inverses of every layer into its kernel's slots."""
+    def refresh():
+      lam = self.damping_at(self.iterations)
+      ops = []
+      for state in states:
+        positions = tf.maximum(self._replica_mean(state.positions), 1.0)
+        damping = tf.sqrt(lam / positions)
+        scale = tf.sqrt(1.0 / positions)
+        for factor, slot in ((state.a, A_INV_SLOT), (state.g, G_INV_SLOT)):
+          inverse = damped_block_inverse(self._replica_mean(factor), damping) * scale
+          ops.append(self.get_slot(state.kernel, slot).assign(inverse, read_value=False))
+      ops.append(self.refreshed_at.assign(self.iterations, read_value=False))
+      with tf.control_dependencies(ops):
+        return tf.constant(True)
+    return tf.cond(self.is_refresh_step(), refresh, lambda: tf.constant(False))
+
+  def _distributed_apply(self, distribution, grads_and_vars, apply_state, name):
+    grads_and_vars = list(grads_and_vars)
+    states = [s for s in (self.thor_layer(v) for _, v in grads_and_vars) if s is not None]
+    if not states:
+      return super()._distributed_apply(distribution, grads_and_vars, apply_state, name)
+    refreshed = self._refresh(states)
+    with tf.control_dependencies([refreshed]):
+      return super()._distributed_apply(distribution, grads_and_vars, apply_state, name)
+
+  # --- update -------------------------------------------------------------------------------
+
+  def _create_slots(self, var_list):
+    for var in var_list:
+      if self._momentum:
+        self.add_slot(var, "momentum")
+      state = self.thor_layer(var)
+      if state is not None:
+        self.add_slot(var, A_INV_SLOT, _eye_initializer(state.a_layout),
+                      shape=state.a_layout.shape)
+        self.add_slot(var, G_INV_SLOT, _eye_initializer(state.g_layout),
+                      shape=state.g_layout.shape)
+
+  def _prepare_local(self, var_device, var_dtype, apply_state):
+    super()._prepare_local(var_device, var_dtype, apply_state)
+    apply_state[(var_device, var_dtype)]["momentum"] = tf.identity(
+        self._get_hyper("momentum", var_dtype))
+
+  def _decays(self, var) -> bool:
+    if not self.weight_decay:
+      return False
+    return not any(re.search(pattern, var.name) for pattern in self.exclude_from_weight_decay)
+
+  def _resource_apply_dense(self, grad, var, apply_state=None):
+    var_device, var_dtype = var.device, var.dtype.base_dtype
+    coefficients = ((apply_state or {}).get((var_device, var_dtype))
+                    or self._fallback_apply_state(var_device, var_dtype))
+    if self.loss_scale_factor != 1.0:
+      grad = grad / self.loss_scale_factor
+    state = self.thor_layer(var)
+    if state is not None:
+      grad = precondition(grad, self.get_slot(var, A_INV_SLOT), self.get_slot(var, G_INV_SLOT),
+                          state.a_layout, state.g_layout)
+    if self._decays(var):
+      grad = grad + tf.cast(self.weight_decay, var_dtype) * var
+    if self._momentum:
+      accum = self.get_slot(var, "momentum")
+      return tf.raw_ops.ResourceApplyMomentum(
+          var=var.handle, accum=accum.handle, lr=coefficients["lr_t"], grad=grad,
+          momentum=coefficients["momentum"], use_locking=self._use_locking,
+          use_nesterov=False)
+    return tf.raw_ops.ResourceApplyGradientDescent(
+        var=var.handle, alpha=coefficients["lr_t"], delta=grad, use_locking=self._use_locking)
+
+  def _resource_apply_sparse(self, grad, var, indices, apply_state=None):
+    # Dense update of the touched rows' gradient (an embedding would be first-order anyway).
+    dense = tf.math.unsorted_segment_sum(grad, indices, tf.shape(var)[0])
+    return self._resource_apply_dense(dense, var, apply_state)
+
+  def get_config(self):
+    config = super().get_config()
+    damping = self.damping
+    if isinstance(damping, tf_keras.optimizers.schedules.LearningRateSchedule):
+      damping = tf_keras.optimizers.schedules.serialize(damping)
+    config.update({
+        "learning_rate": self._serialize_hyperparameter("learning_rate"),
+        "decay": self._initial_decay,
+        "momentum": self._serialize_hyperparameter("momentum"),
+        "frequency": self.frequency,
+        "damping": damping,
+        "block_size": self.block_size,
+        "weight_decay": self.weight_decay,
+        "exclude_from_weight_decay": list(self.exclude_from_weight_decay),
+        "loss_scale": self.loss_scale_factor,
+    })
+    return config
+
+
+# --- layer hooks ----------------------------------------------------------------------------
+
+
+def _kind(layer) -> str | None:
+  """'conv' / 'dense' for the layers THOR preconditions, else None (first-order)."""
+  if not getattr(layer, "built", False) or getattr(layer, "kernel", None) is None:
+    return None
+  if not layer.kernel.trainable:
+    return None
+  if isinstance(layer, tf_keras.layers.Conv2D):
+    if isinstance(layer, tf_keras.layers.Conv2DTranspose):
+      return None
+    if layer.groups != 1 or layer.data_format != "channels_last":
+      return None
+    return "conv"
+  if isinstance(layer, tf_keras.layers.Dense):
+    return "dense"
+  return None
+
+
+def _hook(layer: tf_keras.layers.Layer, state: ThorLayer, thor: Thor) -> None:
+  """Wraps `layer.call` so its backward pass records the layer's factors on refresh steps."""
+  original = layer.call
+
+  @tf.custom_gradient
+  def capture(inputs, outputs):
+    def grad(dy):
+      recorded = thor.record_factors(state, inputs, dy)
+      with tf.control_dependencies([recorded]):
+        return None, tf.identity(dy)
+    return tf.identity(outputs), grad
+
+  @functools.wraps(original)
+  def call(inputs, *args, **kwargs):
+    return capture(inputs, original(inputs, *args, **kwargs))
+
+  layer.call = tf.autograph.experimental.do_not_convert(call)
+  layer._thor_hooked = True  # pylint: disable=protected-access
+
+
+def find_thor(optimizer) -> tuple[Thor | None, Any]:
+  """(the Thor inside `optimizer`'s wrappers or None, the LossScaleOptimizer around it or None)."""
+  loss_scaler = None
+  seen = 0
+  while optimizer is not None and not isinstance(optimizer, Thor) and seen < 8:
+    if hasattr(optimizer, "inner_optimizer") and hasattr(optimizer, "loss_scale"):
+      loss_scaler = optimizer
+      optimizer = optimizer.inner_optimizer
+    else:  # Model Garden's ExponentialMovingAverage and similar wrappers
+      optimizer = getattr(optimizer, "_optimizer", None)
+    seen += 1
+  return (optimizer if isinstance(optimizer, Thor) else None), loss_scaler
+
+
+def attach_thor(model: tf_keras.layers.Layer, optimizer) -> list[str]:
+  """Hooks every built Conv2D / Dense of `model` (nested models included) into THOR.
+
+  Call it once the model is built and the optimizer exists, before the first training step
+  is traced, under the strategy that built both (entered here from the model when none is).
+
+  Args:
+    model: a built tf_keras model or layer.
+    optimizer: a Thor, possibly wrapped (LossScaleOptimizer, Model Garden's EMA).
+
+  Returns:
+    The names of the hooked layers, in hook order.
+
+  Raises:
+    TypeError: `optimizer` holds no Thor.
+  """
+  thor, loss_scaler = find_thor(optimizer)
+  if thor is None:
+    raise TypeError(f"attach_thor needs a Thor optimizer, got {type(optimizer).__name__}")
+  if loss_scaler is not None:
+    thor.set_dynamic_loss_scale(lambda: loss_scaler.loss_scale)
+  strategy = getattr(model, "distribute_strategy", None)
+  scope = (strategy.scope() if strategy is not None and not tf.distribute.has_strategy()
+           else contextlib.nullcontext())
+  # pylint: disable=protected-access
+  if hasattr(model, "_flatten_layers"):  # Keras' own order: the model's layer order
+    candidates = model._flatten_layers(include_self=True, recursive=True)
+  else:
+    candidates = [model, *model.submodules]
+  layers, seen = [], set()
+  for layer in candidates:
+    if id(layer) not in seen and _kind(layer):
+      seen.add(id(layer))
+      layers.append(layer)
+  hooked = []
+  with scope:
+    _ = thor.iterations, thor.refreshed_at  # created now, not inside a traced gradient
+    for layer in layers:
+      state = thor.register_layer(layer, _kind(layer))
+      if not getattr(layer, "_thor_hooked", False):
+        _hook(layer, state, thor)
+      hooked.append(layer.name)
+  return hooked
+
+
+def maybe_attach_thor(model, optimizer) -> list[str]:
+  """attach_thor when `optimizer` is (or wraps) Thor; a no-op returning [] otherwise."""
+  if model is None or find_thor(optimizer)[0] is None:
+    return []
+  return attach_thor(model, optimizer)
+
+
+# Thor is a legacy (OptimizerV2) optimizer; it is returned whichever table the factory uses.
+optimizers.register_optimizer("thor", Thor, use_legacy_optimizer=True)
+optimizers.register_optimizer("thor", Thor, use_legacy_optimizer=False)
