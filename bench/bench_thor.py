@@ -1,0 +1,813 @@
+"""THOR against SGD with momentum on CPU: steps and wall time to a validation accuracy (issue 6).
+
+    python bench/bench_thor.py [--datasets digits,shapes] [--seeds 1,2,3] [--quick]
+                               [--sgd_lrs 0.05,0.1,0.2,0.4] [--thor_lrs 0.01,0.02,0.05,0.1]
+                               [--targets digits=0.9,shapes=0.55] [--epochs digits=9,shapes=9]
+                               [--work_dir /tmp/nascli_bench_thor] [--out bench/results/thor.json]
+
+Data sets (both 32x32 RGB, converted once into WORK_DIR/data and reused):
+  digits  `nascli convert-data digits --image_size 32` (the embedded 8x8 digits, 10 classes,
+          1,438 train / 359 validation): 44 steps per epoch at batch 32.
+  shapes  made here, offline, with a fixed seed: 5 classes (cross, ellipse, rectangle, ring,
+          triangle), one shape per image (filled; a ring is an outline), 50-90% of the image
+          side, random position, rotation and aspect, on a random muted two-colour gradient,
+          its colour the most distant of 6 saturated candidates (the rule of nascli's `shapes`
+          detection set), plus Gaussian pixel noise (sigma 3-10); 2,048 train / 512 validation
+          images (disjoint draws) written as an image folder (one sub-folder per class, PNG)
+          and converted with `nascli convert-data imagefolder --source TRAIN
+          --validation_source VAL`: 64 steps per epoch. Harder than digits: in pilot runs
+          (9 epochs, seed 1) SGD at lr 0.1 ended at 0.81 and THOR at lr_init 0.02 at 0.63.
+
+Every training run is the real command, a fresh process and a fresh model dir:
+  python -m nascli train --experiment nascli_classification --dataset_dir D
+      --config_file RECIPE --params_override JSON --mode train_and_eval --model_dir M --json
+  SGD   tf_vision/configs/experiments/digits_resnet10_cpu.yaml: ResNet-10, batch 32, momentum
+        0.9, cosine decay over the step budget after a linear warmup of budget/20 steps, L2
+        1e-4 in the loss, no label smoothing; the grid varies the initial learning rate.
+  THOR  tf_vision/configs/experiments/digits_resnet10_thor_cpu.yaml: ResNet-10, batch 32,
+        momentum 0.9, damping 0.03 * 0.87 ** (epoch / 10), block 128, weight decay 5e-4 after
+        preconditioning, label smoothing 0.1, lr_init * (1 - epoch / lr_end_epoch) ** 4 with
+        lr_end_epoch = 12 for the recipe's 9 epochs (scaled with the budget: epochs * 4/3);
+        steps_per_epoch set to the data set's, refresh `frequency` = steps_per_epoch / 4
+        (digits 11, shapes 16: four refreshes per epoch, dividing the epoch as THOR requires);
+        the grid varies lr_init.
+  Both: the same step budget per data set (--epochs, default 9 epochs), steps_per_loop =
+  validation_interval = summary_interval = half an epoch (22 / 32 steps), so every training
+  loop is followed by an evaluation on the whole validation split (validation_steps -1);
+  one checkpoint, at the end.
+
+What is measured, per run:
+  steps to target  the first evaluated step whose validation top-1 ('accuracy' in
+                   M/validation's TensorBoard events) is >= the data set's TARGET (--targets;
+                   chosen from pilot runs so that both optimizers reach it within the budget:
+                   digits 0.90 (pilot finals: SGD 0.99, THOR 0.94), shapes 0.55 (THOR's best
+                   pilot plateaued at 0.63-0.67, also over 18 epochs, while SGD went on to
+                   0.81 / 0.89: a target both reach must stay under THOR's plateau).
+                   Resolution: one evaluation per half epoch.
+  wall to target   the sum of the TRAINING loop durations up to that step. A loop's duration
+                   is taken from the event files, not from train_metrics.jsonl: in
+                   train_and_eval mode both nascli's per-loop timer (train_metrics.jsonl) and
+                   Orbit's `steps_per_second` run from the end of one training loop to the end
+                   of the next, so every loop after the first also holds the evaluation and the
+                   checkpoint check between them. Here loop 1 = its steps / Orbit's
+                   steps_per_second (Orbit's timer starts when the first loop starts), loop k >
+                   1 = (wall time of the train summaries at its last step) - (wall time of the
+                   validation summaries of the previous evaluation). So evaluation time is not
+                   counted for either optimizer. The first loop also holds tf.function tracing;
+                   'wall to target, steady' replaces it with its steps x the run's median
+                   per-step time of the later loops. The jsonl durations are kept in the report
+                   (and the difference, the evaluation gap) as a cross-check.
+  foreign load     CPUs used by other processes during the run (/proc/stat busy time minus the
+                   child's CPU time, over its wall time).
+  exit after done  seconds from the run's job_status.json (written when training and the
+                   last evaluation are done) to the process's exit.
+
+Learning rate: a grid per optimizer (--sgd_lrs, --thor_lrs) on the first seed, each spanning 8x
+around its recipe's value (SGD 0.05-0.4; THOR 0.01-0.1, extended below the recipe's 0.05 because
+pilot runs on shapes learned little at 0.05 and more at 0.02); the lr with the
+fewest steps to target wins (ties: the higher final accuracy, then the smaller lr; a diverged run
+only wins when nothing else reached the target). The tuned lr then runs on the other seeds (the
+grid's first-seed run is reused as that seed's run), and the table gives medians over seeds; a
+seed that never reaches the target counts as infinitely slow.
+
+What a seed varies: Model Garden has no global seed; `task.train_data.seed` (set to the seed)
+fixes the training file order and the shuffle, the only seeded randomness. The model's
+initialization is unseeded in Model Garden and nascli, so it differs in every run (also
+between two runs with the same seed): seeds differ in shuffle order and in initialization.
+
+Refresh cost (in a child process, after the training runs): the THOR recipe (frequency set to
+10) and the SGD recipe on the digits data, each with its own ResNet-10 under a OneDeviceStrategy,
+one fixed training batch, the Orbit-style step `strategy.run(task.train_step)` in a tf.function,
+each step timed to the loss's value; after --refresh_warmup steps, --refresh_steps steps of each
+optimizer in alternating blocks of 10 (one refresh cycle). Reported: median refresh-step time
+(THOR steps 0, 10, 20, ...: the factors A and G recorded in the backward pass, then the damped
+Cholesky block inverses), median ordinary THOR step, median SGD step, their ratios, and THOR's
+amortized step time at the data sets' refresh frequencies.
+
+Ratios reported per data set: THOR / SGD median steps to target and median wall to target,
+against the issue's targets (<= 0.6x steps, <= 0.85x wall).
+
+Budget: the default (2 data sets, 4 + 4 grid runs plus 2 x 2 seed runs each: 24 training runs
+of 396 / 576 steps with 18 evaluations each, about 30-55 s per process, then the refresh
+timing) takes about 20 minutes on 2 cores. --quick is a smoke test: one lr per optimizer, one seed, two loops per run, a short
+refresh timing; its report goes to WORK_DIR/thor_quick.json unless --out is given.
+
+Before every run the script waits while `pgrep -f bench_search.py` finds a process (another
+benchmark timing on the same cores); --no_wait_for_other skips that.
+"""
+
+import argparse
+import datetime
+import json
+import math
+import os
+from pathlib import Path
+import platform
+import resource
+import shutil
+import statistics
+import subprocess
+import sys
+import time
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+REPO = Path(__file__).resolve().parent.parent
+if str(REPO) not in sys.path:  # nascli and tf_vision, for the data maker and the refresh timing
+  sys.path.insert(0, str(REPO))
+RECIPES = REPO / "tf_vision" / "configs" / "experiments"
+SGD_RECIPE = RECIPES / "digits_resnet10_cpu.yaml"
+THOR_RECIPE = RECIPES / "digits_resnet10_thor_cpu.yaml"
+EXPERIMENT = "nascli_classification"
+GLOBAL_BATCH = 32
+IMAGE_SIZE = 32
+DATASETS = ("digits", "shapes")
+DEFAULT_TARGETS = {"digits": 0.90, "shapes": 0.55}
+DEFAULT_EPOCHS = {"digits": 9, "shapes": 9}
+# The THOR recipe's lr_end_epoch (12) over its trained epochs (9): kept when the budget changes.
+LR_END_PER_EPOCH = 12 / 9
+TARGET_STEPS_RATIO = 0.6  # THOR / SGD, from issue 6
+TARGET_WALL_RATIO = 0.85
+REFRESH_MARK = "REFRESH_RESULT "
+CLK_TCK = os.sysconf("SC_CLK_TCK")
+OTHER_BENCH = "bench_search.py"
+
+# The synthetic `shapes` classification set.
+SHAPE_CLASSES = ("cross", "ellipse", "rectangle", "ring", "triangle")
+SHAPES_SEED = 20260601
+SHAPES_TRAIN = 2048
+SHAPES_VALIDATION = 512
+
+
+# ------------------------------------------------------------------------------------- data
+
+def _shape_mask(rng, name: str, size: int):
+  """A filled shape (a ring is an outline) of 40-85% of the image side, fully inside it."""
+  import cv2  # pylint: disable=g-import-not-at-top
+  import numpy as np  # pylint: disable=g-import-not-at-top
+  mask = np.zeros((size, size), np.uint8)
+  extent = rng.uniform(0.5, 0.9) * size
+  r = extent / 2
+  cy, cx = rng.uniform(r, size - r), rng.uniform(r, size - r)
+  angle = rng.uniform(0.0, np.pi)
+  centre = (int(round(cx)), int(round(cy)))
+  if name == "rectangle":
+    box = cv2.boxPoints(((cx, cy), (extent, extent * rng.uniform(0.45, 1.0)), np.degrees(angle)))
+    cv2.fillPoly(mask, [np.rint(box).astype(np.int32)], 1)
+  elif name == "ellipse":
+    axes = (int(round(r)), int(round(max(2.0, r * rng.uniform(0.45, 1.0)))))
+    cv2.ellipse(mask, centre, axes, np.degrees(angle), 0, 360, 1, -1)
+  elif name == "ring":
+    thickness = int(rng.integers(2, 4))
+    axes = (int(round(r)), int(round(max(thickness + 2.0, r * rng.uniform(0.6, 1.0)))))
+    cv2.ellipse(mask, centre, axes, np.degrees(angle), 0, 360, 1, thickness)
+  elif name == "triangle":  # near-equilateral
+    angles = 2 * angle + np.deg2rad(np.array([0.0, 120.0, 240.0]) + rng.uniform(-20, 20, 3))
+    radii = r * rng.uniform(0.85, 1.0, 3)
+    points = np.stack([cx + radii * np.cos(angles), cy + radii * np.sin(angles)], 1)
+    cv2.fillPoly(mask, [np.rint(points).astype(np.int32)], 1)
+  else:  # cross: two perpendicular bars
+    bar = extent * rng.uniform(0.22, 0.35)
+    for k in (0, 1):
+      box = cv2.boxPoints(((cx, cy), (extent, bar), np.degrees(angle) + 90 * k))
+      cv2.fillPoly(mask, [np.rint(box).astype(np.int32)], 1)
+  return mask.astype(bool)
+
+
+def _background(rng, size: int):
+  """A muted two-colour linear gradient at a random angle, as float RGB [size, size, 3]."""
+  import numpy as np  # pylint: disable=g-import-not-at-top
+  yy, xx = np.mgrid[0:size, 0:size].astype(np.float64) / size
+  ends = rng.uniform(40.0, 215.0, size=(2, 3))
+  ends = 0.5 * ends + 0.5 * ends.mean(axis=1, keepdims=True)  # pulled towards grey
+  angle = rng.uniform(0.0, 2.0 * np.pi)
+  t = xx * np.cos(angle) + yy * np.sin(angle)
+  t = (t - t.min()) / max(t.max() - t.min(), 1e-6)
+  return ends[0] * (1.0 - t[..., None]) + ends[1] * t[..., None]
+
+
+def shapes_sample(seed: int, index: int, size: int = IMAGE_SIZE):
+  """(uint8 [size, size, 3] RGB image, class index) of image `index`; a pure function."""
+  import numpy as np  # pylint: disable=g-import-not-at-top
+  from nascli.data import shapes  # pylint: disable=g-import-not-at-top
+  rng = np.random.default_rng([seed, index])
+  label = int(rng.integers(len(SHAPE_CLASSES)))
+  background = _background(rng, size)
+  mask = _shape_mask(rng, SHAPE_CLASSES[label], size)
+  # nascli's `shapes` detection set's colour rule: the most distant of 6 saturated colours.
+  colour = shapes._contrasting_colour(rng, mask, background, [], [])  # pylint: disable=protected-access
+  canvas = background.copy()
+  canvas[mask] = colour
+  canvas += rng.normal(0.0, rng.uniform(3.0, 10.0), canvas.shape)
+  return np.clip(np.rint(canvas), 0, 255).astype(np.uint8), label
+
+
+def _convert(args: list[str]) -> None:
+  subprocess.run([sys.executable, "-m", "nascli", "convert-data", *args, "--overwrite"],
+                 cwd=REPO, check=True, stdout=subprocess.DEVNULL,
+                 env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3"))
+
+
+def ensure_data(name: str, root: Path) -> Path:
+  """The converted data set (made once, then reused)."""
+  out = root / f"{name}{IMAGE_SIZE}"
+  if (out / "dataset_info.json").exists():
+    return out
+  print(f"making {name} in {out}", flush=True)
+  if name == "digits":
+    _convert(["digits", "--image_size", str(IMAGE_SIZE), "--output_dir", str(out)])
+    return out
+  from nascli.data import images  # pylint: disable=g-import-not-at-top
+  folder = root / "shapes_folder"
+  if folder.exists():
+    shutil.rmtree(folder)
+  counts = {"train": SHAPES_TRAIN, "validation": SHAPES_VALIDATION}
+  offset = {"train": 0, "validation": SHAPES_TRAIN}  # no image in both splits
+  for split, count in counts.items():
+    for cls in SHAPE_CLASSES:
+      (folder / split / cls).mkdir(parents=True, exist_ok=True)
+    for i in range(count):
+      image, label = shapes_sample(SHAPES_SEED, offset[split] + i)
+      (folder / split / SHAPE_CLASSES[label] / f"{i:05d}.png").write_bytes(
+          images.encode_png(image))
+  _convert(["imagefolder", "--source", str(folder / "train"), "--validation_source",
+            str(folder / "validation"), "--output_dir", str(out)])
+  return out
+
+
+def dataset_info(data: Path) -> dict:
+  info = json.loads((data / "dataset_info.json").read_text())
+  train = int(info["splits"]["train"]["num_records"])
+  return {"path": str(data), "num_classes": int(info["num_classes"]), "train_records": train,
+          "validation_records": int(info["splits"]["validation"]["num_records"]),
+          "steps_per_epoch": train // GLOBAL_BATCH}
+
+
+# ------------------------------------------------------------------------------------ configs
+
+def override(optimizer: str, lr: float, seed: int, info: dict, epochs: float,
+             train_steps: int, loop: int) -> dict:
+  """The --params_override applied over the optimizer's recipe for one run."""
+  spe = info["steps_per_epoch"]
+  trainer = {"train_steps": train_steps, "steps_per_loop": loop, "summary_interval": loop,
+             "validation_interval": loop, "validation_steps": -1,
+             "checkpoint_interval": train_steps}
+  if optimizer == "sgd":
+    trainer["optimizer_config"] = {
+        "learning_rate": {"cosine": {"initial_learning_rate": lr, "decay_steps": train_steps}},
+        "warmup": {"linear": {"warmup_steps": max(1, round(train_steps / 20))}}}
+  else:
+    trainer["optimizer_config"] = {
+        "optimizer": {"thor": {"frequency": thor_frequency(spe), "steps_per_epoch": spe}},
+        "learning_rate": {"thor_lr": {"lr_init": lr, "steps_per_epoch": spe,
+                                      "lr_end_epoch": round(epochs * LR_END_PER_EPOCH, 3)}}}
+  return {"task": {"model": {"num_classes": info["num_classes"]},
+                   "train_data": {"seed": seed}},
+          "trainer": trainer}
+
+
+def thor_frequency(steps_per_epoch: int) -> int:
+  """Four refreshes per epoch (the digits recipe: 11 of 44), dividing the epoch."""
+  for parts in (4, 2, 1):
+    if steps_per_epoch % parts == 0:
+      return steps_per_epoch // parts
+  return steps_per_epoch
+
+
+def recipe(optimizer: str) -> Path:
+  return SGD_RECIPE if optimizer == "sgd" else THOR_RECIPE
+
+
+# --------------------------------------------------------------------------------- waiting
+
+def other_bench_running() -> bool:
+  proc = subprocess.run(["pgrep", "-f", OTHER_BENCH], capture_output=True, text=True,
+                        check=False)
+  return bool(proc.stdout.strip())
+
+
+def wait_for_other(enabled: bool) -> float:
+  """Waits while the other benchmark runs; returns the seconds waited."""
+  if not enabled:
+    return 0.0
+  start = time.monotonic()
+  announced = False
+  while other_bench_running():
+    if not announced:
+      print(f"  waiting: `pgrep -f {OTHER_BENCH}` finds a process", flush=True)
+      announced = True
+    time.sleep(15)
+  return time.monotonic() - start
+
+
+def _machine_busy() -> float:
+  """CPU seconds the whole machine has been busy (all but idle and iowait)."""
+  with open("/proc/stat", encoding="ascii") as f:
+    fields = [int(v) for v in f.readline().split()[1:]]
+  return (sum(fields[:8]) - fields[3] - fields[4]) / CLK_TCK
+
+
+def _children_cpu() -> float:
+  usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+  return usage.ru_utime + usage.ru_stime
+
+
+def run_child(cmd: list[str], log_path: Path) -> dict:
+  """Runs a child to the end; its stdout, wall time, CPU time and the foreign load."""
+  busy0, cpu0 = _machine_busy(), _children_cpu()
+  start = time.monotonic()
+  with open(log_path, "w", encoding="utf-8") as log:
+    proc = subprocess.run(cmd, cwd=REPO, stdout=subprocess.PIPE, stderr=log, text=True,
+                          env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"), check=False)
+  wall = time.monotonic() - start
+  ended_at = time.time()
+  cpu = _children_cpu() - cpu0
+  foreign = max(0.0, (_machine_busy() - busy0) - cpu) / max(wall, 1e-9)
+  return {"returncode": proc.returncode, "stdout": proc.stdout, "wall_s": round(wall, 2),
+          "cpu_s": round(cpu, 2), "foreign_load": round(foreign, 3), "ended_at": ended_at}
+
+
+# --------------------------------------------------------------------------------- one run
+
+def _events(folder: Path) -> dict[int, dict]:
+  """{step: {"tags": {tag: value}, "first": wall time, "last": wall time}} of a summary dir."""
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  tf.get_logger().setLevel("ERROR")
+  out: dict[int, dict] = {}
+  for path in sorted(folder.glob("events.out.tfevents.*")):
+    for event in tf.compat.v1.train.summary_iterator(str(path)):
+      for value in event.summary.value:
+        if value.HasField("tensor"):
+          number = float(tf.make_ndarray(value.tensor))
+        else:
+          number = float(value.simple_value)
+        entry = out.setdefault(int(event.step), {"tags": {}, "first": event.wall_time,
+                                                 "last": event.wall_time})
+        entry["tags"][value.tag] = number
+        entry["first"] = min(entry["first"], event.wall_time)
+        entry["last"] = max(entry["last"], event.wall_time)
+  return out
+
+
+def analyze(model_dir: Path, target: float) -> dict:
+  """Accuracy curve, per-loop training durations and steps / wall time to the target."""
+  train = _events(model_dir / "train")
+  validation = _events(model_dir / "validation")
+  loop_steps = sorted(s for s, e in train.items() if "steps_per_second" in e["tags"])
+  evals = [(s, validation[s]["tags"]["accuracy"]) for s in sorted(validation)
+           if "accuracy" in validation[s]["tags"]]
+  loops, prev = [], 0
+  for i, step in enumerate(loop_steps):
+    n = step - prev
+    orbit_s = n / train[step]["tags"]["steps_per_second"]
+    if i == 0:
+      seconds = orbit_s  # Orbit's timer starts with the first loop
+    elif prev in validation:
+      seconds = train[step]["first"] - validation[prev]["last"]
+    else:  # no evaluation before this loop: Orbit's timer holds no evaluation either
+      seconds = orbit_s
+    loops.append({"step": step, "steps": n, "seconds": round(seconds, 4),
+                  "orbit_seconds": round(orbit_s, 4),
+                  "loss": train[step]["tags"].get("training_loss")})
+    prev = step
+  jsonl = model_dir / "train_metrics.jsonl"
+  if jsonl.exists():
+    rows = [json.loads(l) for l in jsonl.read_text().splitlines() if l.strip()]
+    by_step = {r["step"]: r for r in rows}
+    for loop in loops:
+      row = by_step.get(loop["step"])
+      if row and row.get("steps_per_second"):
+        loop["jsonl_seconds"] = round(loop["steps"] / row["steps_per_second"], 4)
+  later = [l["seconds"] / l["steps"] for l in loops[1:] if l["steps"]]
+  per_step = statistics.median(later) if later else None
+  result = {"evals": [[s, round(a, 4)] for s, a in evals], "loops": loops,
+            "steady_s_per_step": None if per_step is None else round(per_step, 5),
+            "first_loop_excess_s": (None if per_step is None or not loops else
+                                    round(loops[0]["seconds"] - loops[0]["steps"] * per_step, 3)),
+            "final_accuracy": round(evals[-1][1], 4) if evals else None,
+            "best_accuracy": round(max(a for _, a in evals), 4) if evals else None,
+            "last_step": loop_steps[-1] if loop_steps else 0,
+            "eval_gap_s": round(sum(l["jsonl_seconds"] - l["seconds"] for l in loops[1:]
+                                    if "jsonl_seconds" in l), 3)}
+  hit = next((s for s, a in evals if a >= target), None)
+  result["steps_to_target"] = hit
+  if hit is None:
+    result["wall_to_target_s"] = result["wall_to_target_steady_s"] = None
+    return result
+  upto = [l for l in loops if l["step"] <= hit]
+  result["wall_to_target_s"] = round(sum(l["seconds"] for l in upto), 3)
+  if per_step is not None:
+    result["wall_to_target_steady_s"] = round(
+        upto[0]["steps"] * per_step + sum(l["seconds"] for l in upto[1:]), 3)
+  else:
+    result["wall_to_target_steady_s"] = result["wall_to_target_s"]
+  return result
+
+
+def train_run(work: Path, name: str, info: dict, optimizer: str, lr: float, seed: int,
+              epochs: float, train_steps: int, loop: int, target: float,
+              wait: bool) -> dict:
+  model_dir = work / "runs" / name / f"{optimizer}_lr{lr:g}_seed{seed}"
+  if model_dir.exists():
+    shutil.rmtree(model_dir)
+  model_dir.parent.mkdir(parents=True, exist_ok=True)
+  ov = override(optimizer, lr, seed, info, epochs, train_steps, loop)
+  cmd = [sys.executable, "-m", "nascli", "train", "--experiment", EXPERIMENT,
+         "--dataset_dir", info["path"], "--config_file", str(recipe(optimizer)),
+         "--params_override", json.dumps(ov, separators=(",", ":")), "--mode",
+         "train_and_eval", "--model_dir", str(model_dir), "--json"]
+  waited = wait_for_other(wait)
+  proc = run_child(cmd, model_dir.parent / f"{model_dir.name}.log")
+  status_file = model_dir / "job_status.json"
+  exit_after = (round(proc.pop("ended_at") - status_file.stat().st_mtime, 2)
+                if status_file.exists() else None)
+  run = {"dataset": name, "optimizer": optimizer, "lr": lr, "seed": seed,
+         "model_dir": str(model_dir), "command": " ".join(cmd[1:]),
+         "waited_for_other_s": round(waited, 1), "exit_after_done_s": exit_after,
+         **{k: v for k, v in proc.items() if k not in ("stdout", "ended_at")}}
+  run["status"] = "completed" if proc["returncode"] == 0 else "failed"
+  if proc["returncode"] != 0:
+    status = model_dir / "job_status.json"
+    run["failure"] = (json.loads(status.read_text()).get("reason") if status.exists()
+                      else (model_dir.parent / f"{model_dir.name}.log").read_text()[-800:])
+  else:
+    try:
+      out = json.loads(proc["stdout"])
+      run["process_train_eval_s"] = out.get("seconds")
+    except ValueError:
+      pass
+  if (model_dir / "train").exists():
+    run.update(analyze(model_dir, target))
+  else:
+    run.update({"evals": [], "loops": [], "steps_to_target": None, "wall_to_target_s": None,
+                "wall_to_target_steady_s": None, "final_accuracy": None})
+  for ckpt in model_dir.glob("ckpt-*"):  # the events and params are what the report needs
+    ckpt.unlink()
+  hit = run["steps_to_target"]
+  print(f"  {name:<6} {optimizer:<4} lr {lr:<5g} seed {seed}: "
+        + (f"target at step {hit:4d}, wall {run['wall_to_target_s']:6.1f}s"
+           f" (steady {run['wall_to_target_steady_s']:6.1f}s)" if hit is not None
+           else "target not reached" + " " * 23)
+        + f"  final acc {run['final_accuracy'] if run['final_accuracy'] is not None else '-'}"
+        + f"  {run['status']}  process {run['wall_s']:.0f}s (exit {_fmt(exit_after)}s after"
+        f" done)  foreign load"
+        f" {run['foreign_load']:.2f}", flush=True)
+  return run
+
+
+# ----------------------------------------------------------------------------- refresh cost
+
+def refresh_worker(spec: dict) -> None:
+  """(In a child process) times THOR refresh steps, ordinary THOR steps and SGD steps."""
+  # pylint: disable=g-import-not-at-top
+  import numpy as np
+  import tensorflow as tf
+  from nascli import training
+  from official.core import task_factory
+  from tf_vision.optimization import thor
+  strategy = tf.distribute.OneDeviceStrategy("/cpu:0")
+  built = {}
+  for optimizer in ("thor", "sgd"):
+    ov = {"task": {"train_data": {"seed": 1}}}
+    if optimizer == "thor":
+      ov["trainer"] = {"optimizer_config": {"optimizer": {"thor": {
+          "frequency": spec["frequency"]}}}}
+    plan = training.plan(training.TrainArgs(
+        experiment=EXPERIMENT, config_files=[str(recipe(optimizer))],
+        params_override=json.dumps(ov), dataset_dir=spec["dataset_dir"], mode="train"))
+    params = plan.params
+    with strategy.scope():
+      task = task_factory.get_task(params.task)
+      model = task.build_model()
+      opt = task.create_optimizer(params.trainer.optimizer_config, params.runtime)
+      hooked = thor.maybe_attach_thor(model, opt)
+    if optimizer == "thor" and not hooked:
+      raise SystemExit("no layer hooked into THOR")
+    if "batch" not in built:
+      built["batch"] = next(iter(task.build_inputs(params.task.train_data)))
+
+    def make_step(task=task, model=model, opt=opt):
+      @tf.function
+      def step(inputs):
+        logs = strategy.run(
+            lambda x: task.train_step(x, model=model, optimizer=opt, metrics=None),
+            args=(inputs,))
+        return strategy.reduce(tf.distribute.ReduceOp.MEAN, logs[task.loss], axis=None)
+      return step
+
+    built[optimizer] = (make_step(), opt, len(hooked))
+  batch = built["batch"]
+  times = {"refresh": [], "thor": [], "sgd": []}
+  frequency = spec["frequency"]
+
+  def one(optimizer):
+    step, opt, _ = built[optimizer]
+    index = int(opt.iterations.numpy())
+    t0 = time.perf_counter()
+    loss = float(step(batch).numpy())
+    return index, time.perf_counter() - t0, loss
+
+  start = time.perf_counter()
+  for _ in range(spec["warmup"]):
+    one("thor")
+    one("sgd")
+  warm_s = time.perf_counter() - start
+  losses = {"thor": [], "sgd": []}
+  done = 0
+  while done < spec["steps"]:
+    block = min(frequency, spec["steps"] - done)
+    for _ in range(block):
+      index, seconds, loss = one("thor")
+      times["refresh" if index % frequency == 0 else "thor"].append(seconds)
+      losses["thor"].append(loss)
+    for _ in range(block):
+      _, seconds, loss = one("sgd")
+      times["sgd"].append(seconds)
+      losses["sgd"].append(loss)
+    done += block
+  med = {k: float(np.median(v)) for k, v in times.items()}
+  result = {
+      "frequency": frequency, "warmup_steps": spec["warmup"], "timed_steps": spec["steps"],
+      "warmup_and_tracing_s": round(warm_s, 2), "hooked_layers": built["thor"][2],
+      "counts": {k: len(v) for k, v in times.items()},
+      "median_ms": {k: round(1000 * v, 3) for k, v in med.items()},
+      "p90_ms": {k: round(1000 * float(np.percentile(v, 90)), 3) for k, v in times.items()},
+      "all_ms": {k: [round(1000 * t, 2) for t in v] for k, v in times.items()},
+      "refresh_over_ordinary": round(med["refresh"] / med["thor"], 3),
+      "refresh_over_sgd": round(med["refresh"] / med["sgd"], 3),
+      "ordinary_thor_over_sgd": round(med["thor"] / med["sgd"], 3),
+      "amortized_thor_over_sgd": {
+          str(f): round((med["refresh"] + (f - 1) * med["thor"]) / f / med["sgd"], 3)
+          for f in sorted({frequency, *spec["frequencies"]})},
+      "final_losses": {k: round(v[-1], 4) for k, v in losses.items()},
+      "batch_shape": list(batch[0].shape)}
+  print(REFRESH_MARK + json.dumps(result), flush=True)
+
+
+def refresh_cost(work: Path, data: Path, frequency: int, warmup: int, steps: int,
+                 frequencies: list[int], wait: bool) -> dict:
+  spec = {"dataset_dir": str(data), "frequency": frequency, "warmup": warmup, "steps": steps,
+          "frequencies": frequencies}
+  cmd = [sys.executable, str(Path(__file__).resolve()), "--_refresh_worker", json.dumps(spec)]
+  waited = wait_for_other(wait)
+  log = work / "refresh_cost.log"
+  proc = run_child(cmd, log)
+  lines = [l for l in proc["stdout"].splitlines() if l.startswith(REFRESH_MARK)]
+  if proc["returncode"] != 0 or not lines:
+    raise SystemExit(f"refresh timing failed (exit {proc['returncode']}); log {log}:\n"
+                     + log.read_text()[-3000:])
+  result = json.loads(lines[-1][len(REFRESH_MARK):])
+  result.update({"wall_s": proc["wall_s"], "foreign_load": proc["foreign_load"],
+                 "waited_for_other_s": round(waited, 1), "data": str(data)})
+  m = result["median_ms"]
+  print(f"  refresh cost: refresh step {m['refresh']:.1f} ms, ordinary THOR step"
+        f" {m['thor']:.1f} ms, SGD step {m['sgd']:.1f} ms (foreign load"
+        f" {proc['foreign_load']:.2f})", flush=True)
+  return result
+
+
+# ------------------------------------------------------------------------------- the study
+
+def _key(run: dict) -> tuple:
+  """Grid ranking: fewest steps to target, higher final accuracy, smaller lr; failures last."""
+  steps = run["steps_to_target"] if run["steps_to_target"] is not None else math.inf
+  return (run["status"] != "completed" and run["steps_to_target"] is None, steps,
+          -(run["final_accuracy"] or 0.0), run["lr"])
+
+
+def _median(values):
+  values = [math.inf if v is None else v for v in values]
+  if not values:
+    return None
+  m = statistics.median(values)
+  return None if math.isinf(m) else round(m, 3)
+
+
+def study(args, name: str, info: dict, seeds: list[int], wait: bool) -> dict:
+  spe = info["steps_per_epoch"]
+  loop = max(1, spe // 2)
+  epochs = args.epochs[name]
+  train_steps = 2 * loop if args.quick else int(round(epochs * spe / loop)) * loop
+  target = args.targets[name]
+  grids = {"sgd": args.sgd_lrs, "thor": args.thor_lrs}
+  print(f"{name}: {info['train_records']} train / {info['validation_records']} validation,"
+        f" {spe} steps/epoch, {train_steps} steps, loops of {loop}, THOR frequency"
+        f" {thor_frequency(spe)}, target {target}", flush=True)
+  runs: list[dict] = []
+  common = dict(epochs=epochs, train_steps=train_steps, loop=loop, target=target, wait=wait)
+  # Grid on the first seed, SGD and THOR interleaved so that machine drift hits both.
+  for i in range(max(len(v) for v in grids.values())):
+    for optimizer in ("sgd", "thor"):
+      if i < len(grids[optimizer]):
+        runs.append(train_run(args.work_dir, name, info, optimizer, grids[optimizer][i],
+                              seeds[0], **common))
+  tuned = {}
+  for optimizer in ("sgd", "thor"):
+    grid = [r for r in runs if r["optimizer"] == optimizer]
+    tuned[optimizer] = sorted(grid, key=_key)[0]["lr"]
+  print(f"  tuned: SGD lr {tuned['sgd']:g}, THOR lr_init {tuned['thor']:g}", flush=True)
+  for seed in seeds[1:]:
+    for optimizer in ("sgd", "thor"):
+      runs.append(train_run(args.work_dir, name, info, optimizer, tuned[optimizer], seed,
+                            **common))
+  summary = {}
+  for optimizer in ("sgd", "thor"):
+    chosen = [r for r in runs if r["optimizer"] == optimizer and r["lr"] == tuned[optimizer]
+              and r["seed"] in seeds]
+    per_step = [r.get("steady_s_per_step") for r in chosen if r.get("steady_s_per_step")]
+    summary[optimizer] = {
+        "lr": tuned[optimizer], "seeds": [r["seed"] for r in chosen],
+        "steps_to_target": [r["steps_to_target"] for r in chosen],
+        "wall_to_target_s": [r["wall_to_target_s"] for r in chosen],
+        "wall_to_target_steady_s": [r["wall_to_target_steady_s"] for r in chosen],
+        "final_accuracy": [r["final_accuracy"] for r in chosen],
+        "median_final_accuracy": _median([r["final_accuracy"] for r in chosen
+                                          if r["final_accuracy"] is not None]),
+        "reached": sum(r["steps_to_target"] is not None for r in chosen),
+        "median_steps_to_target": _median([r["steps_to_target"] for r in chosen]),
+        "median_wall_to_target_s": _median([r["wall_to_target_s"] for r in chosen]),
+        "median_wall_to_target_steady_s": _median([r["wall_to_target_steady_s"]
+                                                   for r in chosen]),
+        "median_steady_ms_per_step": (round(1000 * statistics.median(per_step), 2)
+                                      if per_step else None),
+        "median_first_loop_excess_s": _median([r.get("first_loop_excess_s") for r in chosen
+                                               if r.get("first_loop_excess_s") is not None]),
+        "grid": {f"{r['lr']:g}": {"steps_to_target": r["steps_to_target"],
+                                  "wall_to_target_s": r["wall_to_target_s"],
+                                  "final_accuracy": r["final_accuracy"],
+                                  "status": r["status"]}
+                 for r in runs if r["optimizer"] == optimizer and r["seed"] == seeds[0]}}
+
+  def ratio(key):
+    a, b = summary["thor"][key], summary["sgd"][key]
+    return None if a is None or b is None or b == 0 else round(a / b, 3)
+
+  s = summary
+  ratios = {"steps": ratio("median_steps_to_target"),
+            "wall": ratio("median_wall_to_target_s"),
+            "wall_steady": ratio("median_wall_to_target_steady_s"),
+            "per_step_time": ratio("median_steady_ms_per_step")}
+  ratios["steps_meets_target"] = (None if ratios["steps"] is None
+                                  else ratios["steps"] <= TARGET_STEPS_RATIO)
+  ratios["wall_meets_target"] = (None if ratios["wall"] is None
+                                 else ratios["wall"] <= TARGET_WALL_RATIO)
+  if s["sgd"]["median_steps_to_target"] is None and s["thor"]["median_steps_to_target"] is None:
+    ratios["note"] = "neither optimizer reached the target on most seeds"
+  return {"dataset": info, "target_accuracy": target, "epochs": epochs,
+          "train_steps": train_steps, "steps_per_loop": loop,
+          "thor_frequency": thor_frequency(spe),
+          "thor_lr_end_epoch": round(epochs * LR_END_PER_EPOCH, 3),
+          "sgd_warmup_steps": max(1, round(train_steps / 20)),
+          "summary": summary, "ratios": ratios, "runs": runs}
+
+
+# ---------------------------------------------------------------------------------- reporting
+
+def machine() -> dict:
+  model = "unknown"
+  try:
+    for line in Path("/proc/cpuinfo").read_text().splitlines():
+      if line.startswith("model name"):
+        model = line.split(":", 1)[1].strip()
+        break
+  except OSError:
+    pass
+  versions = {}
+  from importlib import metadata  # pylint: disable=g-import-not-at-top
+  for dist in ("tensorflow", "tf-models-official", "tf-keras", "numpy"):
+    try:
+      versions[dist] = metadata.version(dist)
+    except metadata.PackageNotFoundError:
+      versions[dist] = None
+  return {"nproc": os.cpu_count(), "affinity": len(os.sched_getaffinity(0)), "cpu_model": model,
+          "python": platform.python_version(), **versions, "loadavg_at_start": os.getloadavg()}
+
+
+def _fmt(v, spec=""):
+  return "-" if v is None else format(v, spec)
+
+
+def print_table(report: dict) -> None:
+  print()
+  head = (f"{'data set':<8} {'optimizer':<6} {'lr':>6} {'reached':>7} {'steps to target':>24}"
+          f" {'median':>6} {'wall to target s':>22} {'median':>7} {'steady':>7}"
+          f" {'ms/step':>8} {'final acc':>9}")
+  print(head)
+  print("-" * len(head))
+  for name, d in report["datasets"].items():
+    for optimizer in ("sgd", "thor"):
+      s = d["summary"][optimizer]
+      print(f"{name:<8} {optimizer:<6} {s['lr']:>6g} {s['reached']:>3}/{len(s['seeds']):<3}"
+            f" {str([_fmt(v) for v in s['steps_to_target']]):>24}"
+            f" {_fmt(s['median_steps_to_target']):>6}"
+            f" {str([_fmt(v, '.1f') for v in s['wall_to_target_s']]):>22}"
+            f" {_fmt(s['median_wall_to_target_s'], '.1f'):>7}"
+            f" {_fmt(s['median_wall_to_target_steady_s'], '.1f'):>7}"
+            f" {_fmt(s['median_steady_ms_per_step'], '.1f'):>8}"
+            f" {_fmt(s['median_final_accuracy'], '.3f'):>9}")
+    r = d["ratios"]
+    met = {k: "n/a" if r[k] is None else "met" if r[k] else "NOT met"
+           for k in ("steps_meets_target", "wall_meets_target")}
+    print(f"{name:<8} THOR/SGD (target {d['target_accuracy']}, {d['train_steps']} steps):"
+          f" steps {_fmt(r['steps'])} (issue: <= {TARGET_STEPS_RATIO},"
+          f" {met['steps_meets_target']}), wall {_fmt(r['wall'])}"
+          f" (issue: <= {TARGET_WALL_RATIO}, {met['wall_meets_target']}),"
+          f" wall steady {_fmt(r['wall_steady'])}, time per step {_fmt(r['per_step_time'])}")
+  rc = report.get("refresh_cost")
+  if rc:
+    m = rc["median_ms"]
+    print(f"\nrefresh cost (digits batch, frequency {rc['frequency']}, {rc['timed_steps']} timed"
+          f" steps each): refresh step {m['refresh']:.1f} ms, ordinary THOR step"
+          f" {m['thor']:.1f} ms, SGD step {m['sgd']:.1f} ms; refresh/ordinary"
+          f" {rc['refresh_over_ordinary']}, refresh/SGD {rc['refresh_over_sgd']},"
+          f" ordinary THOR/SGD {rc['ordinary_thor_over_sgd']}, amortized THOR/SGD"
+          f" {rc['amortized_thor_over_sgd']}")
+
+
+def _parse_map(text: str, cast) -> dict:
+  out = {}
+  for part in filter(None, (p.strip() for p in text.split(","))):
+    key, _, value = part.partition("=")
+    out[key.strip()] = cast(value)
+  return out
+
+
+def _floats(text: str) -> list[float]:
+  return [float(v) for v in text.split(",") if v.strip()]
+
+
+def main() -> None:
+  if len(sys.argv) == 3 and sys.argv[1] == "--_refresh_worker":
+    refresh_worker(json.loads(sys.argv[2]))
+    return
+  parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+  parser.add_argument("--datasets", default=",".join(DATASETS))
+  parser.add_argument("--seeds", default="1,2,3")
+  parser.add_argument("--quick", action="store_true",
+                      help="smoke test: one lr each, one seed, two loops per run")
+  parser.add_argument("--sgd_lrs", default="0.05,0.1,0.2,0.4")
+  parser.add_argument("--thor_lrs", default="0.01,0.02,0.05,0.1")
+  parser.add_argument("--targets", default="",
+                      help="per data set, e.g. digits=0.9,shapes=0.55 (default: the constants)")
+  parser.add_argument("--epochs", default="", help="per data set step budget in epochs")
+  parser.add_argument("--refresh_frequency", type=int, default=10)
+  parser.add_argument("--refresh_warmup", type=int, default=20)
+  parser.add_argument("--refresh_steps", type=int, default=200)
+  parser.add_argument("--no_refresh_cost", action="store_true")
+  parser.add_argument("--no_wait_for_other", action="store_true")
+  parser.add_argument("--work_dir", type=Path, default=Path("/tmp/nascli_bench_thor"))
+  parser.add_argument("--out", type=Path)
+  args = parser.parse_args()
+  names = [n.strip() for n in args.datasets.split(",") if n.strip()]
+  for n in names:
+    if n not in DATASETS:
+      parser.error(f"unknown data set {n!r}; known: {', '.join(DATASETS)}")
+  seeds = [int(s) for s in args.seeds.split(",") if s.strip()]
+  args.sgd_lrs, args.thor_lrs = _floats(args.sgd_lrs), _floats(args.thor_lrs)
+  args.targets = {**DEFAULT_TARGETS, **_parse_map(args.targets, float)}
+  args.epochs = {**DEFAULT_EPOCHS, **_parse_map(args.epochs, float)}
+  if args.quick:
+    seeds = seeds[:1]
+    args.sgd_lrs, args.thor_lrs = [0.1], [0.02]
+    args.refresh_warmup, args.refresh_steps = 4, 20
+  out = args.out or (args.work_dir / "thor_quick.json" if args.quick
+                     else REPO / "bench" / "results" / "thor.json")
+  wait = not args.no_wait_for_other
+  args.work_dir.mkdir(parents=True, exist_ok=True)
+  start = time.monotonic()
+  infos = {n: dataset_info(ensure_data(n, args.work_dir / "data"))
+           for n in sorted(set(names) | {"digits"})}
+  report = {"benchmark": "THOR vs SGD with momentum: steps and wall time to a validation"
+                         " accuracy, and the refresh cost",
+            "date": datetime.datetime.now().isoformat(timespec="seconds"),
+            "command": " ".join([Path(sys.executable).name, *sys.argv]),
+            "machine": machine(),
+            "settings": {"quick": args.quick, "seeds": seeds, "sgd_lrs": args.sgd_lrs,
+                         "thor_lrs": args.thor_lrs, "targets": args.targets,
+                         "epochs": args.epochs, "global_batch_size": GLOBAL_BATCH,
+                         "experiment": EXPERIMENT, "sgd_recipe": str(SGD_RECIPE.relative_to(REPO)),
+                         "thor_recipe": str(THOR_RECIPE.relative_to(REPO)),
+                         "shapes": {"classes": SHAPE_CLASSES, "seed": SHAPES_SEED,
+                                    "train": SHAPES_TRAIN, "validation": SHAPES_VALIDATION},
+                         "seed_varies": "task.train_data.seed (file order and shuffle); the"
+                                        " model initialization is unseeded in every run",
+                         "issue_targets": {"steps_ratio": TARGET_STEPS_RATIO,
+                                           "wall_ratio": TARGET_WALL_RATIO}},
+            "datasets": {}}
+  for name in names:
+    report["datasets"][name] = study(args, name, infos[name], seeds, wait)
+  if not args.no_refresh_cost:
+    freqs = [thor_frequency(infos[n]["steps_per_epoch"]) for n in names]
+    report["refresh_cost"] = refresh_cost(args.work_dir, Path(infos["digits"]["path"]),
+                                          args.refresh_frequency, args.refresh_warmup,
+                                          args.refresh_steps, freqs, wait)
+  report["total_wall_s"] = round(time.monotonic() - start, 1)
+  report["machine"]["loadavg_at_end"] = os.getloadavg()
+  print_table(report)
+  out.parent.mkdir(parents=True, exist_ok=True)
+  out.write_text(json.dumps(report, indent=2) + "\n")
+  print(f"\ntotal {report['total_wall_s']:.0f} s; wrote {out}")
+
+
+if __name__ == "__main__":
+  main()
