@@ -63,7 +63,8 @@ What is measured, per run:
                    last evaluation are done) to the process's exit.
 
 Learning rate: a grid per optimizer (--sgd_lrs, --thor_lrs) on the first seed, each spanning 8x
-around its recipe's value (SGD 0.05-0.4; THOR 0.01-0.1, extended below the recipe's 0.05 because
+around its recipe's value (SGD 0.05-0.4; THOR 0.01-0.1, extended below the recipe's then 0.05 -- the
+recipe now has the tuned 0.01 -- because
 pilot runs on shapes learned little at 0.05 and more at 0.02); the lr with the
 fewest steps to target wins (ties: the higher final accuracy, then the smaller lr; a diverged run
 only wins when nothing else reached the target). The tuned lr then runs on the other seeds (the
