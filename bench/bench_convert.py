@@ -45,12 +45,12 @@ import io
 import json
 import os
 from pathlib import Path
-import platform
 import shutil
 import statistics
-import subprocess
 import sys
 import time
+
+import host  # bench/host.py (scripts run from bench/)
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
@@ -258,22 +258,14 @@ def _out_dir(case: str, label: str) -> Path:
 
 def _cpu_snapshot() -> tuple[float, float]:
   """(CPU seconds the whole machine was busy, CPU seconds of this process and reaped children)."""
-  with open("/proc/stat", encoding="ascii") as f:
-    fields = [int(v) for v in f.readline().split()[1:]]
-  # user nice system idle iowait irq softirq steal ...: everything but idle and iowait.
-  busy = sum(fields[:8]) - fields[3] - fields[4]
-  own = sum(os.times()[:4])
-  return busy / os.sysconf("SC_CLK_TCK"), own
+  return host.machine_busy(), sum(os.times()[:4])
 
 
 def wait_idle(timeout: float) -> float:
   """Waits (up to timeout seconds) until other processes use under 0.2 CPU; returns the wait."""
   start = time.perf_counter()
   while True:
-    busy0, own0 = _cpu_snapshot()
-    time.sleep(0.5)
-    busy1, own1 = _cpu_snapshot()
-    load = ((busy1 - busy0) - (own1 - own0)) / 0.5
+    load = host.foreign_load(0.5)
     waited = time.perf_counter() - start
     if load < 0.2 or waited >= timeout:
       if load >= 0.2:
@@ -383,32 +375,6 @@ def run_case(case: str, repeats: int, num_shards: int, warmup: int,
 
 # ---------------------------------------------------------------------------------- reporting
 
-def machine() -> dict:
-  model = "unknown"
-  try:
-    for line in Path("/proc/cpuinfo").read_text().splitlines():
-      if line.startswith("model name"):
-        model = line.split(":", 1)[1].strip()
-        break
-  except OSError:
-    pass
-  mem_gib = None
-  try:
-    for line in Path("/proc/meminfo").read_text().splitlines():
-      if line.startswith("MemTotal:"):
-        mem_gib = round(int(line.split()[1]) / 1024 / 1024, 1)
-  except OSError:
-    pass
-  try:
-    nproc = int(subprocess.run(["nproc"], capture_output=True, text=True).stdout.strip())
-  except (OSError, ValueError):
-    nproc = os.cpu_count()
-  return {"nproc": nproc, "cpu_model": model, "mem_gib": mem_gib,
-          "python": platform.python_version(), "tensorflow": tf.__version__,
-          "opencv": cv2.__version__, "pillow": Image.__version__, "numpy": np.__version__,
-          "stderr_is_tty": sys.stderr.isatty(), "loadavg_at_start": os.getloadavg()}
-
-
 def print_table(report: dict) -> None:
   print()
   print("wall = median wall clock of the whole conversion call (images/s and ratios use it);"
@@ -449,7 +415,8 @@ def main() -> None:
   report = {"benchmark": "convert-data throughput",
             "date": datetime.datetime.now().isoformat(timespec="seconds"),
             "command": " ".join([sys.executable, *sys.argv]),
-            "machine": machine(),
+            "machine": {**host.machine(("tensorflow", "opencv-python-headless", "pillow", "numpy")),
+                        "stderr_is_tty": sys.stderr.isatty()},
             "settings": {"repeats": args.repeats, "warmup": args.warmup,
                          "num_shards_per_split": args.num_shards, "idle_timeout_s": args.idle_timeout,
                          "folder20k": {"classes": FOLDER_CLASSES, "per_class": FOLDER_PER_CLASS,

@@ -33,7 +33,6 @@ algorithms  For each seed, a search of `--trials` trials with `random` and one w
 import argparse
 import json
 import os
-import platform
 import shutil
 import statistics
 import subprocess
@@ -41,6 +40,8 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+
+import host  # bench/host.py (scripts run from bench/)
 
 ROOT = Path(__file__).resolve().parents[1]
 TESTING_YAML = ROOT / "tf_vision" / "test_files" / "fast_nas_classification_search_for_testing.yaml"
@@ -205,8 +206,7 @@ def main() -> None:
   result = {"overhead": overhead, "algorithms": algorithms, "throughput": throughput}[
       args.part](args)
   report = {"part": args.part, "args": vars(args),
-            "machine": {"platform": platform.platform(), "cpus": os.cpu_count(),
-                        "python": platform.python_version()},
+            "machine": host.machine(),
             "bench_wall_s": round(time.monotonic() - start, 1), **result}
   out = Path(args.out or ROOT / "bench" / "results" / f"search_{args.part}.json")
   out.parent.mkdir(parents=True, exist_ok=True)

@@ -103,13 +103,14 @@ import json
 import math
 import os
 from pathlib import Path
-import platform
 import resource
 import shutil
 import statistics
 import subprocess
 import sys
 import time
+
+import host  # bench/host.py (scripts run from bench/)
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
@@ -130,7 +131,6 @@ LR_END_PER_EPOCH = 12 / 9
 TARGET_STEPS_RATIO = 0.6  # THOR / SGD, from issue 6
 TARGET_WALL_RATIO = 0.85
 REFRESH_MARK = "REFRESH_RESULT "
-CLK_TCK = os.sysconf("SC_CLK_TCK")
 OTHER_BENCH = "bench_search.py"
 
 # The synthetic `shapes` classification set.
@@ -301,13 +301,6 @@ def wait_for_other(enabled: bool) -> float:
   return time.monotonic() - start
 
 
-def _machine_busy() -> float:
-  """CPU seconds the whole machine has been busy (all but idle and iowait)."""
-  with open("/proc/stat", encoding="ascii") as f:
-    fields = [int(v) for v in f.readline().split()[1:]]
-  return (sum(fields[:8]) - fields[3] - fields[4]) / CLK_TCK
-
-
 def _children_cpu() -> float:
   usage = resource.getrusage(resource.RUSAGE_CHILDREN)
   return usage.ru_utime + usage.ru_stime
@@ -315,7 +308,7 @@ def _children_cpu() -> float:
 
 def run_child(cmd: list[str], log_path: Path) -> dict:
   """Runs a child to the end; its stdout, wall time, CPU time and the foreign load."""
-  busy0, cpu0 = _machine_busy(), _children_cpu()
+  busy0, cpu0 = host.machine_busy(), _children_cpu()
   start = time.monotonic()
   with open(log_path, "w", encoding="utf-8") as log:
     proc = subprocess.run(cmd, cwd=REPO, stdout=subprocess.PIPE, stderr=log, text=True,
@@ -323,7 +316,7 @@ def run_child(cmd: list[str], log_path: Path) -> dict:
   wall = time.monotonic() - start
   ended_at = time.time()
   cpu = _children_cpu() - cpu0
-  foreign = max(0.0, (_machine_busy() - busy0) - cpu) / max(wall, 1e-9)
+  foreign = max(0.0, (host.machine_busy() - busy0) - cpu) / max(wall, 1e-9)
   return {"returncode": proc.returncode, "stdout": proc.stdout, "wall_s": round(wall, 2),
           "cpu_s": round(cpu, 2), "foreign_load": round(foreign, 3), "ended_at": ended_at}
 
@@ -664,26 +657,6 @@ def study(args, name: str, info: dict, seeds: list[int], wait: bool) -> dict:
 
 # ---------------------------------------------------------------------------------- reporting
 
-def machine() -> dict:
-  model = "unknown"
-  try:
-    for line in Path("/proc/cpuinfo").read_text().splitlines():
-      if line.startswith("model name"):
-        model = line.split(":", 1)[1].strip()
-        break
-  except OSError:
-    pass
-  versions = {}
-  from importlib import metadata  # pylint: disable=g-import-not-at-top
-  for dist in ("tensorflow", "tf-models-official", "tf-keras", "numpy"):
-    try:
-      versions[dist] = metadata.version(dist)
-    except metadata.PackageNotFoundError:
-      versions[dist] = None
-  return {"nproc": os.cpu_count(), "affinity": len(os.sched_getaffinity(0)), "cpu_model": model,
-          "python": platform.python_version(), **versions, "loadavg_at_start": os.getloadavg()}
-
-
 def _fmt(v, spec=""):
   return "-" if v is None else format(v, spec)
 
@@ -782,7 +755,7 @@ def main() -> None:
                          " accuracy, and the refresh cost",
             "date": datetime.datetime.now().isoformat(timespec="seconds"),
             "command": " ".join([Path(sys.executable).name, *sys.argv]),
-            "machine": machine(),
+            "machine": host.machine(),
             "settings": {"quick": args.quick, "seeds": seeds, "sgd_lrs": args.sgd_lrs,
                          "thor_lrs": args.thor_lrs, "targets": args.targets,
                          "epochs": args.epochs, "global_batch_size": GLOBAL_BATCH,

@@ -61,7 +61,6 @@ import datetime
 import json
 import os
 from pathlib import Path
-import platform
 import pty
 import re
 import resource
@@ -72,6 +71,8 @@ import subprocess
 import sys
 import threading
 import time
+
+import host  # bench/host.py (scripts run from bench/)
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
@@ -152,13 +153,6 @@ def commands(config: Path, model_dir: Path) -> dict[str, list[str]]:
 
 # --------------------------------------------------------------------------------- CPU accounting
 
-def _machine_busy() -> float:
-  """CPU seconds the whole machine has been busy (all but idle and iowait)."""
-  with open("/proc/stat", encoding="ascii") as f:
-    fields = [int(v) for v in f.readline().split()[1:]]
-  return (sum(fields[:8]) - fields[3] - fields[4]) / CLK_TCK
-
-
 def _proc_cpu(pid: int) -> float | None:
   try:
     with open(f"/proc/{pid}/stat", encoding="ascii") as f:
@@ -181,7 +175,7 @@ class Sampler(threading.Thread):
     while not self.stop.is_set():
       child = _proc_cpu(self.pid)
       if child is not None:
-        self.samples.append((time.time(), _machine_busy(), child))
+        self.samples.append((time.time(), host.machine_busy(), child))
       self.stop.wait(0.5)
 
   def foreign_load(self, start: float, end: float) -> float | None:
@@ -205,9 +199,7 @@ def wait_idle(timeout: float) -> float:
   """Waits (up to timeout seconds) until other processes use under 0.3 CPU; returns the load."""
   start = time.perf_counter()
   while True:
-    b0, o0 = _machine_busy(), sum(os.times()[:4])
-    time.sleep(1.0)
-    load = max(0.0, (_machine_busy() - b0) - (sum(os.times()[:4]) - o0))
+    load = host.foreign_load(1.0)
     if load < 0.3 or time.perf_counter() - start >= timeout:
       return load
     time.sleep(2.0)
@@ -233,7 +225,7 @@ def run_process(cmd: list[str], log_path: Path, tty: bool = False) -> dict:
   if tty:
     env.update(COLUMNS="120", LINES="40", TERM="xterm-256color")
   children0 = resource.getrusage(resource.RUSAGE_CHILDREN)
-  busy0 = _machine_busy()
+  busy0 = host.machine_busy()
   start_wall = time.time()
   start = time.perf_counter()
   with open(log_path, "wb") as log:
@@ -261,7 +253,7 @@ def run_process(cmd: list[str], log_path: Path, tty: bool = False) -> dict:
     if tty:
       reader.join(timeout=5)
       os.close(master)
-  busy = _machine_busy() - busy0
+  busy = host.machine_busy() - busy0
   children1 = resource.getrusage(resource.RUSAGE_CHILDREN)
   cpu = ((children1.ru_utime - children0.ru_utime) + (children1.ru_stime - children0.ru_stime))
   if rc != 0:
@@ -434,31 +426,6 @@ def pipeline_run(config: Path, log_path: Path, batches: int, warmup: int) -> dic
 
 # ---------------------------------------------------------------------------------- reporting
 
-def machine() -> dict:
-  model = "unknown"
-  try:
-    for line in Path("/proc/cpuinfo").read_text().splitlines():
-      if line.startswith("model name"):
-        model = line.split(":", 1)[1].strip()
-        break
-  except OSError:
-    pass
-  mem_gib = None
-  for line in Path("/proc/meminfo").read_text().splitlines():
-    if line.startswith("MemTotal:"):
-      mem_gib = round(int(line.split()[1]) / 1024 / 1024, 1)
-  versions = {}
-  for dist in ("tensorflow", "tf-models-official", "tf-keras", "numpy", "rich"):
-    try:
-      from importlib import metadata  # pylint: disable=g-import-not-at-top
-      versions[dist] = metadata.version(dist)
-    except Exception:  # pylint: disable=broad-except
-      versions[dist] = None
-  return {"nproc": os.cpu_count(), "affinity": len(os.sched_getaffinity(0)), "cpu_model": model,
-          "mem_gib": mem_gib, "python": platform.python_version(), **versions,
-          "loadavg_at_start": os.getloadavg()}
-
-
 def _spread(values: list[float], fmt: str) -> str:
   return f"{format(min(values), fmt)}-{format(max(values), fmt)}"
 
@@ -627,7 +594,7 @@ def main() -> None:
   report = {"benchmark": "train throughput",
             "date": datetime.datetime.now().isoformat(timespec="seconds"),
             "command": " ".join([sys.executable, *sys.argv]),
-            "machine": machine(),
+            "machine": host.machine(host.PACKAGES + ("rich",)),
             "settings": {"steps": args.steps, "steps_per_loop": args.steps_per_loop,
                          "checkpoint_interval": ckpt, "repeats": args.repeats,
                          "global_batch_size": GLOBAL_BATCH, "experiment": EXPERIMENT,
