@@ -4,6 +4,7 @@ import glob
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -101,3 +102,38 @@ def proposals_of(cache, job_dir, seed, algorithm, command="search_in_local", *ex
     driver.wait()
   assert len(proposed) == 3, f"driver exited with {driver.returncode} before proposing"
   return proposed
+
+
+def convert_digits32(out, num_shards: int, num_workers: int = 1) -> str:
+  """The embedded digits at 32x32 as shards in `out` (in-process, one process)."""
+  from nascli.data.convert import ShardingOptions, convert  # pylint: disable=g-import-not-at-top
+  from nascli.data.source import ConvertOptions  # pylint: disable=g-import-not-at-top
+  convert("digits", out, ConvertOptions(image_size=32, progress=False),
+          ShardingOptions(num_shards=num_shards, num_workers=num_workers, processes=1))
+  return str(out)
+
+
+def free_ports(count: int) -> list[int]:
+  """Ports free on 127.0.0.1 now (for a TF_CONFIG cluster of local workers)."""
+  socks = [socket.socket(socket.AF_INET, socket.SOCK_STREAM) for _ in range(count)]
+  try:
+    for s in socks:
+      s.bind(("127.0.0.1", 0))
+    return [s.getsockname()[1] for s in socks]
+  finally:
+    for s in socks:
+      s.close()
+
+
+def checkpoint_variables(prefix) -> dict[str, np.ndarray]:
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  reader = tf.train.load_checkpoint(str(prefix))
+  return {name: reader.get_tensor(name) for name in reader.get_variable_to_shape_map()
+          if name != "_CHECKPOINTABLE_OBJECT_GRAPH"}
+
+
+def assert_same_variables(a: dict, b: dict) -> None:
+  assert sorted(a) == sorted(b)
+  assert len([n for n in a if "/kernel/" in n]) >= 10, sorted(a)  # the whole ResNet, not a stub
+  for name in a:
+    np.testing.assert_array_equal(a[name], b[name], err_msg=name)

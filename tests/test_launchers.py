@@ -2,13 +2,16 @@
 
 import json
 import os
-import socket
 import subprocess
 import sys
 from pathlib import Path
 
-import numpy as np
 import pytest
+
+from conftest import assert_same_variables
+from conftest import checkpoint_variables
+from conftest import convert_digits32
+from conftest import free_ports
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPTS = ROOT / "scripts"
@@ -17,12 +20,7 @@ SHORT = "trainer.train_steps=10,trainer.steps_per_loop=5,trainer.checkpoint_inte
 
 @pytest.fixture(scope="module")
 def digits32(tmp_path_factory):
-  from nascli.data.convert import ShardingOptions, convert  # pylint: disable=g-import-not-at-top
-  from nascli.data.source import ConvertOptions  # pylint: disable=g-import-not-at-top
-  out = tmp_path_factory.mktemp("digits32")
-  convert("digits", out, ConvertOptions(image_size=32, progress=False),
-          ShardingOptions(num_shards=4, num_workers=2, processes=1))
-  return str(out)
+  return convert_digits32(tmp_path_factory.mktemp("digits32"), num_shards=4, num_workers=2)
 
 
 @pytest.fixture(scope="module")
@@ -112,26 +110,8 @@ def _numbers(tree):
   return [tree] if isinstance(tree, float) else []
 
 
-def _free_ports(count):
-  socks = [socket.socket(socket.AF_INET, socket.SOCK_STREAM) for _ in range(count)]
-  try:
-    for s in socks:
-      s.bind(("127.0.0.1", 0))
-    return [s.getsockname()[1] for s in socks]
-  finally:
-    for s in socks:
-      s.close()
-
-
-def _variables(prefix):
-  import tensorflow as tf  # pylint: disable=g-import-not-at-top
-  reader = tf.train.load_checkpoint(str(prefix))
-  return {n: reader.get_tensor(n) for n in reader.get_variable_to_shape_map()
-          if n != "_CHECKPOINTABLE_OBJECT_GRAPH"}
-
-
 def test_multihost_launcher_two_local_workers(digits32, tmp_path, env):
-  ports = _free_ports(2)
+  ports = free_ports(2)
   (tmp_path / "hosts").write_text(f"# two workers\nlocalhost:{ports[0]}\n127.0.0.1:{ports[1]}\n")
   proc = _launch("run_distribute_train_multihost.sh", "hosts", digits32, "all",
                  "--mode", "train", "--params_override", SHORT, "--json", cwd=tmp_path,
@@ -145,10 +125,8 @@ def test_multihost_launcher_two_local_workers(digits32, tmp_path, env):
   # puts a non-chief's checkpoints in its TMPDIR).
   other = list((run / "tmp_worker_1").glob("*/ckpt-10.index"))
   assert len(other) == 1, list((run / "tmp_worker_1").rglob("*"))
-  chief, second = _variables(run / "ckpt-10"), _variables(str(other[0])[:-len(".index")])
-  assert sorted(chief) == sorted(second) and len([n for n in chief if "/kernel/" in n]) >= 10
-  for name in chief:
-    np.testing.assert_array_equal(chief[name], second[name], err_msg=name)
+  assert_same_variables(checkpoint_variables(run / "ckpt-10"),
+                        checkpoint_variables(str(other[0])[:-len(".index")]))
 
   # Each worker reads a disjoint, equal share of the training shards: Model Garden's own file
   # sharding, fed the seed nascli gave every worker (params.yaml).

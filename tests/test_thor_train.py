@@ -5,6 +5,7 @@ import os
 
 import pytest
 
+from conftest import convert_digits32
 from conftest import nascli_subprocess
 
 RECIPE = "tf_vision/configs/experiments/digits_resnet10_thor_cpu.yaml"
@@ -12,12 +13,7 @@ RECIPE = "tf_vision/configs/experiments/digits_resnet10_thor_cpu.yaml"
 
 @pytest.fixture(scope="module")
 def digits32(tmp_path_factory):
-  from nascli.data.convert import ShardingOptions, convert  # pylint: disable=g-import-not-at-top
-  from nascli.data.source import ConvertOptions  # pylint: disable=g-import-not-at-top
-  out = tmp_path_factory.mktemp("digits32")
-  convert("digits", out, ConvertOptions(image_size=32, progress=False),
-          ShardingOptions(num_shards=2, processes=1))
-  return str(out)
+  return convert_digits32(tmp_path_factory.mktemp("digits32"), num_shards=2)
 
 
 def test_thor_recipe_trains_and_resumes(digits32, tmp_path):

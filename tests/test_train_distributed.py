@@ -9,7 +9,6 @@ import glob
 import json
 import os
 import shutil
-import socket
 import subprocess
 import sys
 import time
@@ -17,6 +16,10 @@ import time
 import numpy as np
 import pytest
 
+from conftest import assert_same_variables
+from conftest import checkpoint_variables
+from conftest import convert_digits32
+from conftest import free_ports
 from conftest import nascli_subprocess
 
 _TIMEOUT_S = 300  # per run (or pair of workers); a hang fails instead of blocking the suite
@@ -24,12 +27,7 @@ _TIMEOUT_S = 300  # per run (or pair of workers); a hang fails instead of blocki
 
 @pytest.fixture(scope="module")
 def digits32(tmp_path_factory):
-  from nascli.data.convert import ShardingOptions, convert  # pylint: disable=g-import-not-at-top
-  from nascli.data.source import ConvertOptions  # pylint: disable=g-import-not-at-top
-  out = tmp_path_factory.mktemp("digits32")
-  convert("digits", out, ConvertOptions(image_size=32, progress=False),
-          ShardingOptions(num_shards=4, processes=1))
-  return str(out)
+  return convert_digits32(tmp_path_factory.mktemp("digits32"), num_shards=4)
 
 
 @pytest.fixture(scope="module")
@@ -43,24 +41,13 @@ def mirrored_run(digits32, tmp_path_factory):
   return proc, model_dir
 
 
-def _free_ports(count: int) -> list[int]:
-  socks = [socket.socket(socket.AF_INET, socket.SOCK_STREAM) for _ in range(count)]
-  try:
-    for s in socks:
-      s.bind(("127.0.0.1", 0))
-    return [s.getsockname()[1] for s in socks]
-  finally:
-    for s in socks:
-      s.close()
-
-
 def _run_workers(tmp_path, model_dirs, *train_args) -> list[dict]:
   """Runs one `nascli train` per model dir as the workers of one cluster; their results.
 
   Worker i gets TMPDIR=tmp_path/tmp<i>, where Model Garden's `tempfile.mkdtemp()` puts a
   non-chief worker's checkpoints.
   """
-  ports = _free_ports(len(model_dirs))
+  ports = free_ports(len(model_dirs))
   cluster = {"worker": [f"localhost:{p}" for p in ports]}
   procs, logs = [], []
   with contextlib.ExitStack() as files:
@@ -95,20 +82,6 @@ def _run_workers(tmp_path, model_dirs, *train_args) -> list[dict]:
       f"worker {i} exited {code}: ...{err[-1500:]}" for i, (code, (_, err))
       in enumerate(zip(codes, outputs)))
   return [json.loads(out) for out, _ in outputs]
-
-
-def _variables(prefix: str) -> dict[str, np.ndarray]:
-  import tensorflow as tf  # pylint: disable=g-import-not-at-top
-  reader = tf.train.load_checkpoint(prefix)
-  return {name: reader.get_tensor(name) for name in reader.get_variable_to_shape_map()
-          if name != "_CHECKPOINTABLE_OBJECT_GRAPH"}
-
-
-def _assert_same_variables(a: dict, b: dict) -> None:
-  assert sorted(a) == sorted(b)
-  assert len([n for n in a if "/kernel/" in n]) >= 10, sorted(a)  # the whole ResNet, not a stub
-  for name in a:
-    np.testing.assert_array_equal(a[name], b[name], err_msg=name)
 
 
 def _non_chief_checkpoint(tmp_dir, step: int) -> str:
@@ -161,10 +134,10 @@ def test_two_workers_train_identical_weights_and_report_one_evaluation(digits32,
     assert not (other / name).exists(), name
   assert not glob.glob(str(tmp_path / "tmp0" / "tmp*" / "ckpt-*"))
 
-  final = _variables(str(chief / "ckpt-10"))
-  _assert_same_variables(final, _variables(_non_chief_checkpoint(tmp_path / "tmp1", 10)))
+  final = checkpoint_variables(str(chief / "ckpt-10"))
+  assert_same_variables(final, checkpoint_variables(_non_chief_checkpoint(tmp_path / "tmp1", 10)))
   # The comparison can tell trained weights apart: the chief's step-5 weights differ.
-  earlier = _variables(str(chief / "ckpt-5"))
+  earlier = checkpoint_variables(str(chief / "ckpt-5"))
   kernels = [n for n in final if n.endswith("/kernel/.ATTRIBUTES/VARIABLE_VALUE")]
   assert any(not np.array_equal(earlier[n], final[n]) for n in kernels)
 
@@ -181,6 +154,6 @@ def test_two_workers_resume_from_the_chiefs_checkpoint_in_a_shared_model_dir(
   for r in results:
     assert r["status"] == "completed" and r["step"] == 25 and r["resumed_from"] == 20
   assert _log_steps(shared) == [10, 20, 25]
-  resumed = _variables(str(shared / "ckpt-25"))
-  _assert_same_variables(resumed, _variables(_non_chief_checkpoint(tmp_path / "tmp1", 25)))
+  resumed = checkpoint_variables(str(shared / "ckpt-25"))
+  assert_same_variables(resumed, checkpoint_variables(_non_chief_checkpoint(tmp_path / "tmp1", 25)))
   assert int(resumed["global_step/.ATTRIBUTES/VARIABLE_VALUE"]) == 25

@@ -9,17 +9,13 @@ import time
 
 import pytest
 
+from conftest import convert_digits32
 from conftest import nascli_subprocess
 
 
 @pytest.fixture(scope="module")
 def digits32(tmp_path_factory):
-  from nascli.data.convert import ShardingOptions, convert  # pylint: disable=g-import-not-at-top
-  from nascli.data.source import ConvertOptions  # pylint: disable=g-import-not-at-top
-  out = tmp_path_factory.mktemp("digits32")
-  convert("digits", out, ConvertOptions(image_size=32, progress=False),
-          ShardingOptions(num_shards=4, processes=1))
-  return str(out)
+  return convert_digits32(tmp_path_factory.mktemp("digits32"), num_shards=4)
 
 
 def _log_steps(model_dir, steps_per_epoch):
