@@ -3,7 +3,6 @@
 import contextlib
 import dataclasses
 import os
-import sys
 
 from rich.console import Console
 

@@ -86,12 +86,7 @@ def search(
   # pylint: disable=g-import-not-at-top
   from nascli.search import local_main
   from nascli.search.ray_executor import RayExecutor
-  args = f.search_args(
-      prebuilt_search_space, search_space_module, search_algorithm, seed, max_nas_trial,
-      max_parallel_nas_trial, max_failed_nas_trial, target_device_latency_ms,
-      latency_constraint, latency_weight, local_output_dir, experiment, config_file,
-      params_override, training_data_path, validation_data_path, dataset_dir, population_size,
-      tournament_size, overwrite, max_trial_retries=max_trial_retries)
+  args = f.from_flags(locals(), max_trial_retries=max_trial_retries)
   if max_trial_retries < 0:
     raise NascliError("--max_trial_retries must not be negative")
   executor = RayExecutor(ray_address, num_cpus_per_trial, num_gpus_per_trial,

@@ -3,6 +3,7 @@
 Both commands run the same search (nascli/search/search_loop.py); only where trials run differs.
 """
 
+import inspect
 import json
 from typing import Annotated, Optional
 
@@ -82,6 +83,12 @@ def search_args(prebuilt_search_space, search_space_module, search_algorithm, se
       params_override=params_override, training_data_path=training_data_path,
       validation_data_path=validation_data_path, dataset_dir=dataset_dir, overwrite=overwrite,
       algorithm_options=options, **extra)
+
+
+def from_flags(values: dict, **extra):
+  """search_args from a command's parameters (its `locals()`): the shared flags are picked out."""
+  shared = [name for name in inspect.signature(search_args).parameters if name != "extra"]
+  return search_args(**{name: values[name] for name in shared}, **extra)
 
 
 def print_rows(rows: list[dict], as_json: bool) -> None:

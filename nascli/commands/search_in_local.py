@@ -32,6 +32,5 @@ def search_in_local(
   GPUs), journaled, resumable."""
   del use_prebuilt_trainer
   from nascli.search import local_main  # pylint: disable=g-import-not-at-top
-  args = f.search_args(**{k: v for k, v in locals().items()
-                          if k not in ("search_docker_flags", "as_json", "local_main")})
+  args = f.from_flags(locals())
   f.print_rows(local_main.run(args, search_docker_flags), as_json)

@@ -1,8 +1,6 @@
 """`nascli train`: train a Model Garden model (classification or RetinaNet) on TFRecords."""
 
 import json
-import sys
-from pathlib import Path
 from typing import Annotated, Any, Optional
 
 import typer

@@ -11,7 +11,6 @@ import hashlib
 import json
 import os
 import shutil
-import sys
 import time
 from pathlib import Path
 from typing import Any, Iterator

@@ -7,6 +7,7 @@ running, or `lost` when the machine under it went away (the loop retries those).
 
 import abc
 import dataclasses
+import functools
 import os
 import subprocess
 import sys
@@ -73,9 +74,6 @@ class Executor(abc.ABC):
   def poll(self, handle: Any) -> Outcome | None:
     """None while the attempt runs, else how it ended."""
 
-  def describe(self) -> str:
-    return ""
-
   def close(self) -> None:
     pass
 
@@ -83,7 +81,7 @@ class Executor(abc.ABC):
 class LocalExecutor(Executor):
   """Trial processes on this machine, one GPU each when there are GPUs, else sharing the CPU."""
 
-  def __init__(self, stderr_print=print):
+  def __init__(self, stderr_print=functools.partial(print, file=sys.stderr)):
     self._print = stderr_print
 
   def slots(self, max_parallel: int) -> list[Any]:

@@ -66,14 +66,8 @@ class RayExecutor(executors.Executor):
       raise NascliError(f"the Ray cluster at {address} has {resources.get('CPU', 0):g} CPUs and"
                         f" {resources.get('GPU', 0):g} GPUs: a trial asks for"
                         f" {num_cpus_per_trial:g} CPUs and {num_gpus_per_trial:g} GPUs")
-    self.address = address
-    self.resources = resources
     self._task = ray.remote(run_trial_attempt).options(
         num_cpus=num_cpus_per_trial, num_gpus=num_gpus_per_trial, max_retries=0)
-
-  def describe(self) -> str:
-    return (f"Ray at {self.address}: {self.resources.get('CPU', 0):g} CPUs,"
-            f" {self.resources.get('GPU', 0):g} GPUs")
 
   def slots(self, max_parallel: int) -> list[Any]:
     # Ray places each task where its resources are free; attempts beyond what the cluster

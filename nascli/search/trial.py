@@ -171,8 +171,8 @@ def run(spec: TrialSpec) -> dict:
   saved_model = export_lib.export(params, checkpoint, os.path.join(spec.trial_dir, "export"),
                                   input_type="image_tensor", overwrite=True)
   lap("export")
-  timing = latency.measure_latency(saved_model, batch_sizes=(1,), runs=spec.latency_runs)
-  latency_ms = timing["batch"]["1"]["median_ms"]
+  latency_report = latency.measure_latency(saved_model, batch_sizes=(1,), runs=spec.latency_runs)
+  latency_ms = latency_report["batch"]["1"]["median_ms"]
   lap("latency")
   num_params, flops = model_size(task_factory.get_task(params.task).build_model(),
                                  list(params.task.model.input_size))
@@ -187,7 +187,7 @@ def run(spec: TrialSpec) -> dict:
       "params": num_params,
       "flops": flops,
       "eval_metrics": metrics,
-      "latency": timing,
+      "latency": latency_report,
       "step": result["step"],
       "seconds": result["wall_seconds"],
       "timing": timing_breakdown(spec, ready, phases, result),
