@@ -29,7 +29,7 @@ def add_command(fn: Callable, name: str) -> None:
 
 def _register_commands() -> None:
   # pylint: disable=g-import-not-at-top
-  from nascli.commands import convert_data, eval as eval_command, export, list_trials
+  from nascli.commands import build, convert_data, eval as eval_command, export, list_trials
   from nascli.commands import search, search_in_local, train
   add_command(convert_data.convert_data, "convert-data")
   add_command(train.train, "train")
@@ -38,6 +38,7 @@ def _register_commands() -> None:
   add_command(search_in_local.search_in_local, "search_in_local")
   add_command(search.search, "search")
   add_command(list_trials.list_trials, "list_trials")
+  add_command(build.build, "build")
 
 
 _register_commands()
