@@ -19,3 +19,19 @@ class OutputError(NascliError):
 
 class DownloadError(NascliError):
   """A data set could not be fetched; the message says which file to fetch by hand and where."""
+
+
+class StorageError(NascliError):
+  """A read or write of a local path or gs:// object failed; the message names the path."""
+
+
+class StorageNotFoundError(StorageError):
+  """The file, object, prefix or bucket does not exist."""
+
+
+class StorageExistsError(StorageError):
+  """A create-only write found the file or object already there."""
+
+
+class StorageAccessError(StorageError):
+  """No credentials, or the credentials lack permission for the bucket or object."""

@@ -6,6 +6,7 @@ import os
 
 from rich.console import Console
 
+from nascli import storage
 from nascli.errors import NascliError
 
 stderr = Console(stderr=True)
@@ -50,16 +51,30 @@ def evaluate(args: EvalArgs) -> dict:
   # pylint: disable=g-import-not-at-top
   from tf_vision import distribute, eval_lib, model_dir as model_dir_lib, params as params_lib
   from tf_vision.evaluation import coco_groundtruth
-  model_dir = args.model_dir or (os.path.dirname(args.checkpoint_path)
+  model_dir = args.model_dir or (args.checkpoint_path.rstrip("/").rpartition("/")[0]
+                                 if storage.is_gcs(args.checkpoint_path or "") else
+                                 os.path.dirname(args.checkpoint_path)
                                  if args.checkpoint_path else None)
   if not model_dir:
     raise NascliError("give --model_dir (or --checkpoint_path inside a model dir)")
+  remote_dir = model_dir.rstrip("/") if storage.is_gcs(model_dir) else None
+  checkpoint_path = args.checkpoint_path
+  if remote_dir:
+    # A gs:// model dir is read from its staged local copy (nascli reads params.yaml and the
+    # run info with local file calls; re-staging fetches only changed objects).
+    model_dir = storage.stage(remote_dir)
+    if checkpoint_path and storage.is_gcs(checkpoint_path):
+      if not checkpoint_path.startswith(remote_dir + "/"):
+        raise NascliError(f"--checkpoint_path {checkpoint_path} is not inside --model_dir"
+                          f" {remote_dir}")
+      checkpoint_path = os.path.join(model_dir, checkpoint_path[len(remote_dir) + 1:])
   params = model_dir_lib.load_params(model_dir, args.experiment)
-  checkpoint = eval_lib.resolve_checkpoint(model_dir, args.checkpoint_path)
+  checkpoint = eval_lib.resolve_checkpoint(model_dir, checkpoint_path)
   override: dict = {"runtime": {"distribution_strategy": "one_device"}}
   val = _validation_path(args)
   if val:
     params_lib._check_pattern(val, "--validation_data_path")  # pylint: disable=protected-access
+    val = storage.for_tensorflow(val)
     override["task"] = {"validation_data": {"input_path": val}}
   params_lib.apply_override(params, override, "the eval options")
   if args.params_override:
@@ -76,7 +91,16 @@ def evaluate(args: EvalArgs) -> dict:
       open(os.devnull, "w", encoding="utf-8"))  # pylint: disable=consider-using-with
   with sink:
     result = eval_lib.evaluate(params, checkpoint, strategy, steps=args.steps)
-  output = args.output or os.path.join(model_dir, eval_lib.METRICS_FILE)
-  eval_lib.write_metrics(output, result)
+  output = args.output or (storage.join(remote_dir, eval_lib.METRICS_FILE) if remote_dir else
+                           os.path.join(model_dir, eval_lib.METRICS_FILE))
+  if storage.is_gcs(output):
+    local = os.path.join(model_dir, eval_lib.METRICS_FILE)
+    eval_lib.write_metrics(local, result)
+    storage.upload_file(local, output)
+  else:
+    eval_lib.write_metrics(output, result)
   result["metrics_file"] = output
+  if remote_dir:
+    result["checkpoint"] = storage.join(remote_dir, os.path.relpath(result["checkpoint"],
+                                                                    model_dir))
   return result

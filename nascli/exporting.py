@@ -3,8 +3,11 @@
 import dataclasses
 import json
 import os
+import shutil
+import tempfile
 
-from nascli.errors import NascliError
+from nascli import storage
+from nascli.errors import NascliError, OutputError
 
 
 @dataclasses.dataclass
@@ -37,10 +40,48 @@ def _image_size(text: str | None) -> list[int] | None:
 def export(args: ExportArgs) -> dict:
   # pylint: disable=g-import-not-at-top
   from tf_vision import eval_lib, model_dir as model_dir_lib
+  model_dir, checkpoint_path = args.model_dir, args.checkpoint_path
+  export_dir = args.export_dir or storage.join(model_dir, "export", args.input_type)
+  if storage.is_gcs(model_dir):
+    # Read from the staged local copy (see nascli.evaluation).
+    remote_dir = model_dir.rstrip("/")
+    model_dir = storage.stage(remote_dir)
+    if checkpoint_path and storage.is_gcs(checkpoint_path):
+      if not checkpoint_path.startswith(remote_dir + "/"):
+        raise NascliError(f"--checkpoint_path {checkpoint_path} is not inside --model_dir"
+                          f" {remote_dir}")
+      checkpoint_path = os.path.join(model_dir, checkpoint_path[len(remote_dir) + 1:])
+  params = model_dir_lib.load_params(model_dir, args.experiment)
+  checkpoint = eval_lib.resolve_checkpoint(model_dir, checkpoint_path)
+  if storage.is_gcs(export_dir):
+    return _export_to_gcs(args, params, checkpoint, export_dir.rstrip("/"))
+  return _export(args, params, checkpoint, export_dir)
+
+
+def _export_to_gcs(args: ExportArgs, params, checkpoint: str, url: str) -> dict:
+  """Exports into a local temporary, then uploads it with saved_model.pb last: a reader that
+  finds saved_model.pb finds the variables it needs."""
+  existing = storage.list_names(url)
+  if existing and not args.overwrite:
+    raise OutputError(f"export dir {url} already has files ({existing[0]}); pass --overwrite")
+  local = tempfile.mkdtemp(prefix="nascli-export-")
+  try:
+    result = _export(args, params, checkpoint, os.path.join(local, "export"))
+    marker = "saved_model/saved_model.pb"
+    if existing:  # the old graph goes first, so no reader pairs it with the new variables
+      storage.delete(storage.join(url, marker), missing_ok=True)
+    names = storage.upload_dir(os.path.join(local, "export"), url, marker=marker)
+    for stale in set(existing) - set(names):
+      storage.delete(storage.join(url, stale), missing_ok=True)
+  finally:
+    shutil.rmtree(local, ignore_errors=True)
+  result.update(saved_model=storage.join(url, "saved_model"), export_dir=url)
+  return result
+
+
+def _export(args: ExportArgs, params, checkpoint: str, export_dir: str) -> dict:
+  # pylint: disable=g-import-not-at-top
   from tf_vision.serving import export_lib, latency
-  params = model_dir_lib.load_params(args.model_dir, args.experiment)
-  checkpoint = eval_lib.resolve_checkpoint(args.model_dir, args.checkpoint_path)
-  export_dir = args.export_dir or os.path.join(args.model_dir, "export", args.input_type)
   saved_model = export_lib.export(params, checkpoint, export_dir, input_type=args.input_type,
                                   batch_size=args.batch_size,
                                   input_image_size=_image_size(args.input_image_size),

@@ -3,6 +3,7 @@
 import contextlib
 import dataclasses
 import os
+import shutil
 import sys
 import time
 from typing import Any
@@ -10,6 +11,7 @@ from typing import Any
 from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
 
+from nascli import storage
 from nascli.errors import NascliError
 
 stderr = Console(stderr=True)
@@ -145,7 +147,54 @@ MULTI_WORKER_FILE_SEED = 20260101
 
 
 def train(args: TrainArgs) -> dict:
-  """Trains as the arguments say; returns the run's result for stdout."""
+  """Trains as the arguments say; returns the run's result for stdout.
+
+  A gs:// --model_dir is trained in a local work dir (resuming from what the bucket holds) and
+  uploaded when training ends: Model Garden and nascli append to files in the model dir (logs,
+  summaries), which objects cannot do, and no half-written run ever appears under the prefix.
+  """
+  if storage.is_gcs(args.model_dir or ""):
+    return _train_into_gcs(args)
+  return _train(args)
+
+
+def model_work_dir(url: str) -> str:
+  """The local dir a gs:// model dir is trained in: fixed per URL, so a killed run resumes."""
+  g = storage.parse_gcs(url)
+  return os.path.join(storage.default_cache_root().parent, "model-staging", g.bucket,
+                      *(g.name.strip("/") or "_root").split("/"))
+
+
+def _train_into_gcs(args: TrainArgs) -> dict:
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  url = args.model_dir.rstrip("/")
+  work = model_work_dir(url)
+  remote = storage.list_names(url)  # also: a bad URL or a missing bucket fails here, first
+  if tf.train.latest_checkpoint(work):
+    stderr.print(f"note: resuming from {work}, the local work dir of an interrupted run into"
+                 f" {url}")
+  else:
+    shutil.rmtree(work, ignore_errors=True)
+    if remote:
+      storage.download_dir(url, work)
+  stderr.print(f"note: training in {work}; {url} receives the model dir when training ends")
+  result = _train(dataclasses.replace(args, model_dir=work), upload_to=url)
+  shutil.rmtree(work, ignore_errors=True)
+  return dict(result, model_dir=url)
+
+
+def upload_model_dir(local: str, url: str) -> list[str]:
+  """Uploads a finished model dir: checkpoints and everything else first, then the `checkpoint`
+  index (a reader that sees it finds the files it names), then job_status.json."""
+  names = storage.list_names(local)
+  last = [n for n in ("checkpoint", "job_status.json") if n in names]
+  storage.upload_dir(local, url, names=[n for n in names if n not in last])
+  for name in last:
+    storage.upload_file(os.path.join(local, name), storage.join(url, name))
+  return names
+
+
+def _train(args: TrainArgs, upload_to: str | None = None) -> dict:
   run_plan = plan(args)
   # pylint: disable=g-import-not-at-top
   import tensorflow as tf
@@ -171,6 +220,10 @@ def train(args: TrainArgs) -> dict:
     # worker draws its own order and the shares overlap. One seed on all workers makes them
     # disjoint and equal (FastNN's rule, which `convert-data --num_workers` prepares for).
     params = params.replace(task={"train_data": {"seed": MULTI_WORKER_FILE_SEED}})
+  if upload_to and params.runtime.distribution_strategy == "multi_worker_mirrored":
+    raise NascliError(f"--model_dir {upload_to}: multi-worker training needs a model dir all"
+                      " workers share as it is written, and gs:// model dirs are trained locally"
+                      " then uploaded; use a shared file system")
   performance.set_mixed_precision_policy(params.runtime.mixed_precision_dtype)
   tf.io.gfile.makedirs(model_dir)
   if getattr(params.task, "annotation_file", "unset") is None and args.mode != "train":
@@ -194,6 +247,9 @@ def train(args: TrainArgs) -> dict:
         params, model_dir, strategy, mode=args.mode, steps_per_epoch=run_plan.steps_per_epoch,
         on_loop=display.on_loop,
         on_resume=lambda step: stderr.print(f"resuming from the checkpoint at step {step}"))
+  if upload_to:
+    stderr.print(f"uploading {model_dir} to {upload_to}")
+    upload_model_dir(model_dir, upload_to)
   result.update({"experiment": run_plan.experiment, "model_dir": model_dir,
                  "wall_seconds": round(time.monotonic() - start, 3)})
   return result
@@ -209,24 +265,25 @@ def train_search_trials(args: TrainArgs, job_dir: str, trial_numbers: str,
   base_dir = args.model_dir or DEFAULT_MODEL_DIR
   results = []
   for trial_id in ids:
-    trial_dir = os.path.join(job_dir, trial_id)
-    params_path = os.path.join(trial_dir, "nas_params_str.json")
-    if not os.path.exists(params_path):
+    trial_dir = storage.join(job_dir, trial_id)
+    params_path = storage.join(trial_dir, "nas_params_str.json")
+    if not storage.is_file(params_path):
       raise NascliError(f"search job {job_dir} has no trial {trial_id} ({params_path} missing)")
     space = args.search_space
-    spec_path = os.path.join(trial_dir, "trial_spec.json")
-    if os.path.exists(spec_path):
-      with open(spec_path, encoding="utf-8") as f:
-        space = json.load(f).get("search_space", space)
+    spec_path = storage.join(trial_dir, "trial_spec.json")
+    if storage.is_file(spec_path):
+      space = json.loads(storage.read_text(spec_path)).get("search_space", space)
     extra = dict(args.extra_options)
     if warm_start:
       import tensorflow as tf  # pylint: disable=g-import-not-at-top
-      checkpoint = tf.train.latest_checkpoint(trial_dir)
+      readable = (trial_dir if not storage.is_gcs(trial_dir) or storage.tf_data_mode() == "stream"
+                  else storage.stage(trial_dir))
+      checkpoint = tf.train.latest_checkpoint(readable)
       if checkpoint is None:
         raise NascliError(f"trial {trial_id} of {job_dir} has no checkpoint to start from")
       extra = _merge(extra, {"task": {"init_checkpoint": checkpoint,
                                       "init_checkpoint_modules": "backbone"}})
     results.append(train(dataclasses.replace(
         args, nas_params_str=params_path, search_space=space,
-        model_dir=os.path.join(base_dir, trial_id), extra_options=extra)))
+        model_dir=storage.join(base_dir, trial_id), extra_options=extra)))
   return results

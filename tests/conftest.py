@@ -137,3 +137,39 @@ def assert_same_variables(a: dict, b: dict) -> None:
   assert len([n for n in a if "/kernel/" in n]) >= 10, sorted(a)  # the whole ResNet, not a stub
   for name in a:
     np.testing.assert_array_equal(a[name], b[name], err_msg=name)
+
+
+@pytest.fixture(scope="session")
+def gcs_emulator(tmp_path_factory):
+  """A GCS emulator (fake-gcs-server) for the session, with STORAGE_EMULATOR_HOST set for the
+  tests and their subprocesses and the bucket `gcs_emulator.BUCKET` created.
+  `gcs_emulator.tf_env()` is the extra environment under which TensorFlow's own gs:// reader
+  reaches it too (see tests/gcs_emulator.py).
+
+  If it cannot start, the tests that use it fail (never skip): gs:// support is not optional.
+  """
+  import gcs_emulator as emu  # pylint: disable=g-import-not-at-top
+  workdir = tmp_path_factory.mktemp("gcs_emulator")
+  try:
+    emulator = emu.Emulator(free_ports(1)[0], workdir)
+    emulator.start()
+    emulator.create_bucket(emu.BUCKET)
+  except ImportError as e:
+    pytest.fail(f"GCS emulator missing ({e}): install the test extra (pip install -e '.[test]')",
+                pytrace=False)
+  except Exception as e:  # pylint: disable=broad-except
+    pytest.fail(f"GCS emulator did not start: {e}", pytrace=False)
+  emulator.bucket = emu.BUCKET
+  with pytest.MonkeyPatch.context() as mp:
+    mp.setenv("STORAGE_EMULATOR_HOST", emulator.url)
+    try:
+      yield emulator
+    finally:
+      emulator.stop()
+
+
+@pytest.fixture
+def gcs_prefix(gcs_emulator, request):
+  """A fresh `gs://BUCKET/<test name>-<random>` URL on the emulator, empty, for one test."""
+  name = "".join(c if c.isalnum() or c in "-_" else "_" for c in request.node.name)[:60]
+  return f"gs://{gcs_emulator.bucket}/{name}-{os.urandom(4).hex()}"

@@ -7,7 +7,6 @@ full path and its source.
 """
 
 import dataclasses
-import glob
 import json
 import os
 import re
@@ -15,7 +14,8 @@ from typing import Any
 
 import yaml
 
-from nascli.errors import NascliError
+from nascli import storage
+from nascli.errors import NascliError, StorageNotFoundError
 from official.core import config_definitions as cfg
 from official.core import exp_factory
 from official.modeling import hyperparams
@@ -86,8 +86,15 @@ class RunPlan:
 
 
 def load_yaml_source(source: str, what: str) -> dict:
-  """A YAML file, a YAML/JSON string, or `a.b=c,d=e`, as a nested dict."""
-  if os.path.isfile(source):
+  """A YAML file (local or gs://), a YAML/JSON string, or `a.b=c,d=e`, as a nested dict."""
+  if storage.is_gcs(source):
+    try:
+      data = yaml.load(storage.read_text(source), Loader=_Loader)  # noqa: S506
+    except StorageNotFoundError:
+      raise NascliError(f"{what} file {source} does not exist") from None
+    except yaml.YAMLError as e:
+      raise NascliError(f"cannot read {what} {source}: {_first_line(e)}") from None
+  elif os.path.isfile(source):
     try:
       with open(source, encoding="utf-8") as f:
         data = yaml.load(f, Loader=_Loader)  # noqa: S506 - a SafeLoader subclass
@@ -157,6 +164,16 @@ def load_experiment(name: str) -> cfg.ExperimentConfig:
 def _dataset_info_near(path_pattern: str) -> dict | None:
   """dataset_info.json of the folder holding the (first) files of a pattern, if nascli wrote it."""
   first = path_pattern.split(",")[0].strip()
+  if storage.is_gcs(first):
+    is_folder = not any(c in first for c in "*?[") and not storage.is_file(first)
+    folder = first.rstrip("/") if is_folder else first.rpartition("/")[0]
+    info_path = storage.join(folder, "dataset_info.json")
+    try:
+      return json.loads(storage.read_text(info_path))
+    except StorageNotFoundError:
+      return None
+    except ValueError as e:
+      raise NascliError(f"cannot read {info_path}: {_first_line(e)}") from None
   folder = first if os.path.isdir(first) else os.path.dirname(first)
   info_path = os.path.join(folder, "dataset_info.json")
   if not os.path.exists(info_path):
@@ -170,7 +187,7 @@ def _dataset_info_near(path_pattern: str) -> dict | None:
 
 def _check_pattern(pattern: str, what: str) -> None:
   for part in (p.strip() for p in pattern.split(",")):
-    if part and not glob.glob(part):
+    if part and not storage.glob(part):
       raise NascliError(f"{what} {part} matches no files")
 
 
@@ -184,7 +201,11 @@ def _resolve_data(data: DataSpec) -> tuple[str | None, str | None, dict | None]:
       raise NascliError("give --dataset_dir or --training_data_path/--validation_data_path,"
                         " not both")
     root = data.dataset_dir
-    if not os.path.isdir(root):
+    if storage.is_gcs(root):
+      root = root.rstrip("/")
+      if not storage.exists(root):
+        raise NascliError(f"--dataset_dir {root}: no objects there")
+    elif not os.path.isdir(root):
       raise NascliError(f"--dataset_dir {root} is not a folder")
     info = _dataset_info_near(root)
     if info is None:
@@ -209,7 +230,8 @@ def _resolve_data(data: DataSpec) -> tuple[str | None, str | None, dict | None]:
     _check_pattern(train, "--training_data_path")
   if val:
     _check_pattern(val, "--validation_data_path")
-  return train, val, info
+  # gs:// data: TensorFlow reads it itself, or from a staged local copy (storage.tf_data_mode).
+  return storage.for_tensorflow(train), storage.for_tensorflow(val), info
 
 
 def _data_defaults(params: cfg.ExperimentConfig, info: dict | None, train: str | None,
@@ -258,7 +280,7 @@ def build(spec: RunSpec) -> RunPlan:
   train, val, info = _resolve_data(spec.data)
   apply_override(params, _data_defaults(params, info, train, val), "the data set")
   for path in spec.config_files:
-    if not os.path.isfile(path):
+    if not (storage.is_file(path) if storage.is_gcs(path) else os.path.isfile(path)):
       raise NascliError(f"--config_file {path} does not exist")
     apply_override(params, load_yaml_source(path, "--config_file"), f"--config_file {path}")
   if spec.params_override:

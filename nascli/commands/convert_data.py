@@ -9,6 +9,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from nascli import storage
 from nascli.commands.options import flag
 from nascli.errors import NascliError
 
@@ -19,8 +20,9 @@ def convert_data(
     name: Annotated[Optional[str], typer.Argument(help=DATA_HELP, show_default=False)] = None,
     source: Annotated[Optional[Path], typer.Option(
         *flag("source"), help="Local archive or folder (default: download the official file).")] = None,
-    output_dir: Annotated[Optional[Path], typer.Option(
-        *flag("output_dir"), help="Where shards go (default: nascli_data/NAME).")] = None,
+    output_dir: Annotated[Optional[str], typer.Option(
+        *flag("output_dir"), help="Where shards go, a folder or gs://BUCKET/PREFIX (default:"
+        " nascli_data/NAME).")] = None,
     num_shards: Annotated[Optional[int], typer.Option(
         *flag("num_shards"), help="Shards per split (default: from the data size).")] = None,
     num_workers: Annotated[int, typer.Option(
@@ -57,9 +59,9 @@ def convert_data(
         " dataset_info.json.")] = False,
     overwrite: Annotated[bool, typer.Option(
         *flag("overwrite"), help="Rewrite an existing conversion in OUTPUT_DIR.")] = False,
-    verify: Annotated[Optional[Path], typer.Option(
-        *flag("verify"), help="Check a converted folder record by record instead of"
-        " converting.")] = None,
+    verify: Annotated[Optional[str], typer.Option(
+        *flag("verify"), help="Check a converted folder (or gs:// prefix) record by record"
+        " instead of converting.")] = None,
     as_json: Annotated[bool, typer.Option(*flag("json"), help="Print the result as JSON.")]
     = False,
 ) -> None:
@@ -67,7 +69,7 @@ def convert_data(
   out = Console()
   if verify is not None:
     from nascli.data import verify as verify_lib  # pylint: disable=g-import-not-at-top
-    report = verify_lib.verify_output(verify)
+    report = verify_lib.verify_output(Path(storage.stage(verify)))
     if as_json:
       print(json.dumps(report.as_dict(), indent=2))
     else:
@@ -91,7 +93,7 @@ def convert_data(
   sharding = ShardingOptions(
       num_shards=num_shards, num_workers=num_workers, drop_remainder=drop_remainder,
       processes=processes or len(os.sched_getaffinity(0)), overwrite=overwrite)
-  output_dir = output_dir or Path("nascli_data") / name
+  output_dir = output_dir or str(Path("nascli_data") / name)
   info, stats = convert(name, output_dir, options, sharding)
   if as_json:
     print(json.dumps({"output_dir": str(output_dir), "status": info["status"], **stats,
@@ -107,7 +109,7 @@ def convert_data(
   out.print(f"{verb} {info['dataset']} in {output_dir}{rate}")
 
 
-def _summary_table(info: dict, output_dir: Path) -> Table:
+def _summary_table(info: dict, output_dir: str) -> Table:
   table = Table(title=f"{info['dataset']}: {info['num_classes']} classes, {info['task']}")
   for col in ("split", "records", "shards", "records/shard", "dropped", "skipped", "files"):
     table.add_column(col)
@@ -115,5 +117,5 @@ def _summary_table(info: dict, output_dir: Path) -> Table:
     counts = [sh["num_records"] for sh in s["shards"]]
     per = str(counts[0]) if min(counts) == max(counts) else f"{min(counts)}-{max(counts)}"
     table.add_row(split, str(s["num_records"]), str(s["num_shards"]), per, str(len(s["dropped"])),
-                  str(len(s["skipped_corrupt"])), str(output_dir / s["file_pattern"]))
+                  str(len(s["skipped_corrupt"])), storage.join(output_dir, s["file_pattern"]))
   return table

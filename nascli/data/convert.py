@@ -20,6 +20,7 @@ from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn, 
                            TimeRemainingColumn)
 
 import nascli
+from nascli import storage
 from nascli.data import parallel, sharding, tfexample
 from nascli.data.parallel import Workers
 from nascli.data.source import CLASSIFICATION, ConvertOptions, CorruptItemError, Source, source_for
@@ -51,12 +52,7 @@ class ShardingOptions:
 
 def atomic_write_text(path: Path, text: str) -> None:
   """Writes a file so that it is either absent, old, or complete."""
-  tmp = path.with_name(f".{path.name}.tmp")
-  with open(tmp, "w", encoding="utf-8") as f:
-    f.write(text)
-    f.flush()
-    os.fsync(f.fileno())
-  os.replace(tmp, path)
+  storage.write_text(path, text)
 
 
 def file_sha256(path: Path) -> str:
@@ -89,10 +85,11 @@ def _our_files(output_dir: Path, splits: list[str]) -> list[Path]:
     m = sharding.SHARD_PATTERN.match(p.name.lstrip(".").removesuffix(".tmp"))
     if m and m.group("prefix") in splits:
       found.append(p)
-  for name in (INFO_FILE, LABELS_FILE, STATE_FILE, f".{INFO_FILE}.tmp", f".{LABELS_FILE}.tmp",
-               f".{STATE_FILE}.tmp"):
+  for name in (INFO_FILE, LABELS_FILE, STATE_FILE):
     if (output_dir / name).exists():
       found.append(output_dir / name)
+    # Temporaries of storage.write_text: `.NAME.<random>.tmp`.
+    found += sorted(output_dir.glob(f".{name}.*.tmp"))
   return found
 
 
@@ -393,12 +390,89 @@ def verify_checksums(output_dir: Path, info: dict) -> None:
                           " --overwrite to rewrite the conversion")
 
 
-def convert(name: str, output_dir: Path, options: ConvertOptions,
+class GcsConverter(Converter):
+  """A conversion whose output is a gs:// prefix: written by the local writer into a staging
+  folder, then uploaded shard by shard with dataset_info.json last (its presence marks the data
+  set complete, as locally). The staging folder is kept until the upload is done, so a conversion
+  or upload cut short resumes; the local rules on existing output apply to the prefix's objects.
+  """
+
+  def __init__(self, source: Source, url: str, opts: ShardingOptions):
+    super().__init__(source, staging_dir(url), opts)
+    self.url = url
+    self.remote_verified = False
+
+  def _existing(self, fingerprint: dict, splits: list[str]) -> dict | None:
+    sizes = {n: b for n, b in storage.list_sizes(self.url).items() if "/" not in n}
+    ours = sorted(n for n in sizes if n in (INFO_FILE, LABELS_FILE) or (
+        (m := sharding.SHARD_PATTERN.match(n)) and m.group("prefix") in splits))
+    if self.opts.overwrite:
+      for n in ours:
+        storage.delete(storage.join(self.url, n), missing_ok=True)
+      return super()._existing(fingerprint, splits)
+    if INFO_FILE in sizes:
+      info = json.loads(storage.read_text(storage.join(self.url, INFO_FILE)))
+      if info.get("fingerprint") != fingerprint:
+        raise OutputError(
+            f"{self.url} already holds a different conversion"
+            f" ({_difference(info.get('fingerprint'), fingerprint)}); pass --overwrite or choose"
+            " another --output_dir")
+      for split in info.get("splits", {}).values():
+        for shard in split["shards"]:
+          if sizes.get(shard["file"]) != shard["bytes"]:
+            raise OutputError(
+                f"shard {storage.join(self.url, shard['file'])} listed in {INFO_FILE} is missing"
+                " or has another size; pass --overwrite to rewrite the conversion")
+      self.remote_verified = True
+      return info
+    staged = next((_read_json(self.output_dir / f) for f in (INFO_FILE, STATE_FILE)
+                   if (self.output_dir / f).exists()), None)
+    if ours and (staged is None or staged.get("fingerprint") != fingerprint):
+      raise OutputError(
+          f"{self.url} already contains {ours[0]} not written by this conversion; pass"
+          " --overwrite or choose another --output_dir")
+    # Objects of ours without dataset_info.json: an upload of this very conversion was cut short.
+    return super()._existing(fingerprint, splits)
+
+  def upload(self, info: dict) -> None:
+    shards = [s["file"] for split in info["splits"].values() for s in split["shards"]]
+    stderr.print(f"uploading {len(shards)} shard(s) to {self.url}")
+    storage.upload_dir(self.output_dir, self.url, marker=INFO_FILE,
+                       names=[*shards, LABELS_FILE, INFO_FILE])
+    shutil.rmtree(self.output_dir, ignore_errors=True)
+
+
+def staging_dir(url: str) -> Path:
+  """Where a gs:// conversion is written before upload: fixed per URL, so that it resumes."""
+  g = storage.parse_gcs(url)
+  name = Path(*(g.name.strip("/") or "_root").split("/"))
+  return storage.default_cache_root().parent / "convert-staging" / g.bucket / name
+
+
+def convert(name: str, output_dir: Path | str, options: ConvertOptions,
             opts: ShardingOptions) -> tuple[dict, dict]:
-  """Runs a conversion; returns dataset_info and run statistics (records written, seconds)."""
+  """Runs a conversion; returns dataset_info and run statistics (records written, seconds).
+
+  `output_dir` may be a gs:// URL (see GcsConverter).
+  """
   source = source_for(name, options)
-  converter = Converter(source, Path(output_dir), opts)
-  info = converter.run()
+  if storage.is_gcs(output_dir):
+    converter = GcsConverter(source, str(output_dir), opts)
+    fresh = not converter.output_dir.exists()
+    try:
+      info = converter.run()
+    except OutputError:
+      if fresh:  # refused: leave no empty staging folder behind
+        shutil.rmtree(converter.output_dir, ignore_errors=True)
+      raise
+    if converter.remote_verified:  # the bucket holds it all: nothing to keep locally
+      shutil.rmtree(converter.output_dir, ignore_errors=True)
+    else:
+      converter.upload(info)
+      info = dict(info, status="written")
+  else:
+    converter = Converter(source, Path(output_dir), opts)
+    info = converter.run()
   stats = {"records_written": converter.written, "seconds": round(converter.elapsed, 3),
            "images_per_second": round(converter.written / converter.elapsed, 1)
                                 if converter.elapsed else None}

@@ -15,6 +15,7 @@ from typing import Any, Mapping
 
 import pyglove as pg
 
+from nascli import storage
 from nascli.errors import NascliError
 from tf_vision.search_spaces import registry
 
@@ -65,11 +66,14 @@ def load_nas_params(params: NasParams) -> tuple[dict[str, Any], str]:
   if isinstance(params, os.PathLike) or (isinstance(params, str)
                                          and params.strip().endswith('.json')):
     source = os.fspath(params).strip()
-    try:
-      with open(source, encoding='utf-8') as f:
-        text = f.read()
-    except OSError as e:
-      raise NascliError(f'{source}: cannot read nas_params file ({e.strerror})') from e
+    if storage.is_gcs(source):
+      text = storage.read_text(source)  # errors name the gs:// path
+    else:
+      try:
+        with open(source, encoding='utf-8') as f:
+          text = f.read()
+      except OSError as e:
+        raise NascliError(f'{source}: cannot read nas_params file ({e.strerror})') from e
   elif isinstance(params, str):
     source, text = 'nas_params_str', params
   else:
