@@ -191,6 +191,47 @@ def test_conv2d_block_diagonal(block_size):
   assert opt.get_slot(layer.kernel, thor.A_INV_SLOT).shape == (blocks, block_size, block_size)
 
 
+def test_layers_of_several_block_sizes_share_one_refresh():
+  """Blocks of all layers and sizes are inverted together; each slot gets its own layer's."""
+  tf_keras.utils.set_random_seed(8)
+  first, second = tf_keras.layers.Dense(6), tf_keras.layers.Dense(3)
+  model = tf_keras.Sequential([tf_keras.Input((5,)), first, second])
+  x, t = _data(9, 4, 5), _data(10, 4, 3)
+  with tf.GradientTape() as tape:
+    hidden = first(x)
+    y = second(hidden)
+    loss = tf.reduce_mean(tf.reduce_sum(tf.square(y - t), 1))
+  d_hidden, dy, dk1, dk2 = [v.numpy() for v in tape.gradient(
+      loss, [hidden, y, first.kernel, second.kernel])]
+  k1, k2 = first.kernel.numpy(), second.kernel.numpy()
+  lam, block = 0.05, 4  # first: A 5 -> 2 blocks of 4, G 6 -> 2; second: A 6 -> 2, G 3 -> 1 of 3
+  opt = thor.Thor(learning_rate=1.0, momentum=0.0, frequency=1, damping=lam, block_size=block)
+  thor.attach_thor(model, opt)
+  _train_step(model, opt)(x, t)
+  for layer, inputs, d, dk, k0 in ((first, x.numpy(), d_hidden, dk1, k1),
+                                   (second, hidden.numpy(), dy, dk2, k2)):
+    a_inv, g_inv = np_inverses(inputs, d, 4, lam, block)
+    assert rel_err(k0 - layer.kernel.numpy(), np_precondition(dk, a_inv, g_inv)) < 1e-4
+
+
+def test_low_precision_preconditioning_is_close_not_equal():
+  tf_keras.utils.set_random_seed(5)
+  layer = tf_keras.layers.Conv2D(4, 3, padding="same")
+  model = tf_keras.Sequential([tf_keras.Input((6, 6, 3)), layer])
+  x, t = _data(6, 2, 6, 6, 3), _data(7, 2, 6, 6, 4)
+  lam = 0.1
+  inputs, dy, dk, _, step_k, _, _ = _one_step(model, layer, x, t, damping=lam, block_size=3,
+                                              precondition_dtype="bfloat16")
+  a_inv, g_inv = np_inverses(np_patches(inputs, 3, 3, 1, "same"), dy.reshape(-1, 4), 2, lam, 3)
+  err = rel_err(step_k, np_precondition(dk, a_inv, g_inv))
+  assert 1e-5 < err < 3e-2  # bfloat16's 8-bit mantissa: visibly rounded, still the same step
+
+
+def test_unknown_precondition_dtype_is_refused():
+  with pytest.raises(ValueError, match="precondition_dtype"):
+    thor.Thor(precondition_dtype="float8")
+
+
 # --- refresh frequency and damping schedule ------------------------------------------------
 
 FREQ_STEPS = 7

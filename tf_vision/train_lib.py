@@ -25,6 +25,7 @@ from official.core import config_definitions as cfg
 from tf_vision import eval_lib, job_status
 from tf_vision import registry_imports  # noqa: F401  pylint: disable=unused-import
 from tf_vision.optimization import thor
+from tf_vision.optimization import wrappers
 
 LOG_FILE = "log"
 METRICS_FILE = "train_metrics.jsonl"
@@ -226,6 +227,9 @@ def run(params: cfg.ExperimentConfig, model_dir: str, strategy: tf.distribute.St
                      mode="train" if mode == "train_and_post_eval" else mode, params=params,
                      model_dir=model_dir)
     thor.maybe_attach_thor(runner.trainer.model, runner.trainer.optimizer)  # THOR (issue 6)
+    if "train" in mode:
+      with strategy.scope():  # slots now, not while the first training loop is traced
+        wrappers.create_slots(runner.trainer.optimizer, runner.trainer.model.trainable_variables)
     _, eval_logs = runner.run()
     if mode == "train_and_post_eval":
       # The runner's own final checkpoint: a non-chief worker's is in its temporary dir.

@@ -76,6 +76,8 @@ class ThorConfig(optimizer_config.BaseOptimizerConfig):
       already carries an L2 regularizer).
     exclude_from_weight_decay: regexes of variable names that get no weight decay.
     loss_scale: fixed factor the loss is multiplied by outside any LossScaleOptimizer.
+    precondition_dtype: dtype of the per-step preconditioning matmuls (float32, bfloat16,
+      float16); MindSpore's Ascend THOR runs them in float16. Inverses stay float32.
   """
   name: str = "Thor"
   momentum: float = 0.9
@@ -87,6 +89,7 @@ class ThorConfig(optimizer_config.BaseOptimizerConfig):
   weight_decay: float = 0.0
   exclude_from_weight_decay: Optional[List[str]] = None
   loss_scale: float = 1.0
+  precondition_dtype: str = "float32"
 
 
 @dataclasses.dataclass

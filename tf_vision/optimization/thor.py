@@ -21,7 +21,8 @@ size `block_size` are ever formed: THOR's hardware-driven splitting drops the re
 
 At a refresh step (`iterations % frequency == 0`, the first step included; retried at the next
 step when a LossScaleOptimizer skipped its update) the optimizer averages the factors over
-replicas, damps and inverts each diagonal block by Cholesky:
+replicas, damps and inverts each diagonal block by Cholesky (the blocks of one size from all
+layers in one batched call):
 
   A_inv = (A + sqrt(lambda / T) I)^-1 * sqrt(1 / T),  G_inv likewise,
 
@@ -39,7 +40,10 @@ reshaped to [d_A, C_out] and replaced by A_inv grad G_inv (MindSpore's G^-1 grad
 (`weight_decay * w`, after preconditioning, to every trainable variable not matched by
 `exclude_from_weight_decay`, as MindSpore does), and MindSpore's non-Nesterov momentum runs:
 v <- momentum * v + g; w <- w - lr * v. Every other variable (BatchNorm, biases, depthwise
-convolutions) is first-order: momentum SGD with the same weight decay.
+convolutions) is first-order: momentum SGD with the same weight decay. The preconditioning
+matmuls are the ordinary step's cost over SGD (about 2 * d_A * C_out * (block_A + block_G)
+flops per kernel); `precondition_dtype` runs them in bfloat16 or float16 (MindSpore's Ascend
+THOR uses float16 there) while factors, inverses and updates stay float32.
 
 Hooked layers: tf_keras Conv2D (groups 1, channels_last; not Conv2DTranspose) and Dense.
 DepthwiseConv2D, SeparableConv2D and the rest stay first-order (a depthwise kernel has no
@@ -70,9 +74,13 @@ from tf_keras.src.optimizers.legacy import optimizer_v2
 
 from tf_vision.optimization import optimizers
 from tf_vision.optimization import thor_schedules
+from tf_vision.optimization import wrappers
 
 _var_key = optimizer_v2._var_key  # pylint: disable=protected-access
+# Plain Python around explicit tf.cond: autograph converting it only adds tracing time.
+_not_converted = tf.autograph.experimental.do_not_convert
 
+PRECONDITION_DTYPES = ("float32", "bfloat16", "float16")
 A_INV_SLOT = "thor_a_inv"
 G_INV_SLOT = "thor_g_inv"
 
@@ -129,6 +137,11 @@ def damped_block_inverse(blocks: tf.Tensor, damping: tf.Tensor) -> tf.Tensor:
   return tf.linalg.cholesky_solve(chol, eye)
 
 
+def _per_block(values: Sequence[tf.Tensor], counts: Sequence[int]) -> tf.Tensor:
+  """[sum(counts), 1, 1]: each scalar of `values` repeated for its member's blocks."""
+  return tf.concat([tf.fill([n], v) for n, v in zip(counts, values)], axis=0)[:, None, None]
+
+
 def precondition(grad: tf.Tensor, a_inv: tf.Tensor, g_inv: tf.Tensor,
                  a_layout: BlockLayout, g_layout: BlockLayout) -> tf.Tensor:
   """blockdiag(A_inv) @ grad2d @ blockdiag(G_inv), grad2d = grad as [d_A, C_out]."""
@@ -137,9 +150,14 @@ def precondition(grad: tf.Tensor, a_inv: tf.Tensor, g_inv: tf.Tensor,
   pad_a, pad_g = a_layout.padded - a_layout.dim, g_layout.padded - g_layout.dim
   if pad_a or pad_g:
     x = tf.pad(x, [[0, pad_a], [0, pad_g]])
-  x = tf.matmul(a_inv, tf.reshape(x, [a_layout.num_blocks, a_layout.block, g_layout.padded]))
-  x = tf.reshape(x, [a_layout.padded, g_layout.num_blocks, g_layout.block])
-  x = tf.reshape(tf.einsum("inj,njk->ink", x, g_inv), [a_layout.padded, g_layout.padded])
+  x = tf.reshape(x, [a_layout.num_blocks, a_layout.block, g_layout.padded])
+  if g_layout.num_blocks == 1:  # one G block: a plain matmul on the right
+    x = tf.matmul(a_inv, tf.matmul(x, g_inv[0]))
+  else:  # [n_G, d_A, b_G] @ [n_G, b_G, b_G], as batched matmuls rather than an einsum
+    x = tf.transpose(tf.reshape(tf.matmul(a_inv, x),
+                                [a_layout.padded, g_layout.num_blocks, g_layout.block]), [1, 0, 2])
+    x = tf.transpose(tf.matmul(x, g_inv), [1, 0, 2])
+  x = tf.reshape(x, [a_layout.padded, g_layout.padded])
   if pad_a or pad_g:
     x = x[:a_layout.dim, :g_layout.dim]
   return tf.reshape(x, shape)
@@ -175,6 +193,7 @@ class Thor(tf_keras.optimizers.legacy.Optimizer):
                weight_decay: float = 0.0,
                exclude_from_weight_decay: Sequence[str] | None = None,
                loss_scale: float = 1.0,
+               precondition_dtype: str = "float32",
                name: str = "Thor",
                **kwargs):
     """Sets the hyperparameters.
@@ -192,6 +211,9 @@ class Thor(tf_keras.optimizers.legacy.Optimizer):
       weight_decay: coefficient of w added to each gradient after preconditioning.
       exclude_from_weight_decay: regexes; variables whose name matches one get no decay.
       loss_scale: fixed factor the loss was multiplied by (not a LossScaleOptimizer's).
+      precondition_dtype: dtype the gradient and the inverses are cast to for the per-step
+        preconditioning matmuls, the ordinary step's main cost (float32, bfloat16, float16;
+        MindSpore's Ascend THOR uses float16). Factors, inverses and updates stay float32.
       name: name of the optimizer.
       **kwargs: clipnorm, clipvalue, global_clipnorm, decay, as for any legacy optimizer.
 
@@ -207,6 +229,9 @@ class Thor(tf_keras.optimizers.legacy.Optimizer):
       raise ValueError(f"block_size must be >= 1, got {block_size}")
     if float(loss_scale) <= 0:
       raise ValueError(f"loss_scale must be > 0, got {loss_scale}")
+    if precondition_dtype not in PRECONDITION_DTYPES:
+      raise ValueError(f"precondition_dtype must be one of {', '.join(PRECONDITION_DTYPES)},"
+                       f" got {precondition_dtype!r}")
     self._set_hyper("learning_rate", kwargs.get("lr", learning_rate))
     self._set_hyper("decay", self._initial_decay)
     self._set_hyper("momentum", momentum)
@@ -222,6 +247,7 @@ class Thor(tf_keras.optimizers.legacy.Optimizer):
     self.weight_decay = float(weight_decay)
     self.exclude_from_weight_decay = list(exclude_from_weight_decay or [])
     self.loss_scale_factor = float(loss_scale)
+    self.precondition_dtype = precondition_dtype
     self._thor_layers: dict[Any, ThorLayer] = {}
     self._dynamic_loss_scale: Callable[[], tf.Tensor] | None = None
     self._refreshed_at = None
@@ -290,6 +316,7 @@ class Thor(tf_keras.optimizers.legacy.Optimizer):
       return tf.cast(self.damping(step), tf.float32)
     return tf.constant(float(self.damping), tf.float32)
 
+  @_not_converted
   def record_factors(self, state: ThorLayer, inputs: tf.Tensor, dy: tf.Tensor) -> tf.Tensor:
     """On a refresh step, A and G of `state` from a layer input and its output gradient.
 
@@ -333,23 +360,39 @@ class Thor(tf_keras.optimizers.legacy.Optimizer):
       value = ctx.all_reduce(tf.distribute.ReduceOp.MEAN, value)
     return value
 
+  @_not_converted
   def _refresh(self, states: Sequence[ThorLayer]) -> tf.Tensor:
-    """On a refresh step, the damped block inverses of every layer into its kernel's slots."""
+    """On a refresh step, the damped block inverses of every layer into its kernel's slots.
+
+    Blocks of one size from all layers and both factors go through one batched Cholesky:
+    a few large ops instead of four per factor, which is most of a refresh step's cost and
+    of the optimizer's share of the tracing time.
+    """
     def refresh():
       lam = self.damping_at(self.iterations)
-      ops = []
+      groups: dict[int, list[tuple[tf.Tensor, tf.Tensor, tf.Tensor, tf.Variable]]] = {}
       for state in states:
         positions = tf.maximum(self._replica_mean(state.positions), 1.0)
         damping = tf.sqrt(lam / positions)
         scale = tf.sqrt(1.0 / positions)
-        for factor, slot in ((state.a, A_INV_SLOT), (state.g, G_INV_SLOT)):
-          inverse = damped_block_inverse(self._replica_mean(factor), damping) * scale
-          ops.append(self.get_slot(state.kernel, slot).assign(inverse, read_value=False))
+        for factor, layout, slot in ((state.a, state.a_layout, A_INV_SLOT),
+                                     (state.g, state.g_layout, G_INV_SLOT)):
+          groups.setdefault(layout.block, []).append(
+              (self._replica_mean(factor), damping, scale, self.get_slot(state.kernel, slot)))
+      ops = []
+      for members in groups.values():
+        counts = [int(blocks.shape[0]) for blocks, _, _, _ in members]
+        blocks = tf.concat([m[0] for m in members], axis=0)
+        inverses = (damped_block_inverse(blocks, _per_block([m[1] for m in members], counts))
+                    * _per_block([m[2] for m in members], counts))
+        for inverse, (_, _, _, slot) in zip(tf.split(inverses, counts), members):
+          ops.append(slot.assign(inverse, read_value=False))
       ops.append(self.refreshed_at.assign(self.iterations, read_value=False))
       with tf.control_dependencies(ops):
         return tf.constant(True)
     return tf.cond(self.is_refresh_step(), refresh, lambda: tf.constant(False))
 
+  @_not_converted
   def _distributed_apply(self, distribution, grads_and_vars, apply_state, name):
     grads_and_vars = list(grads_and_vars)
     states = [s for s in (self.thor_layer(v) for _, v in grads_and_vars) if s is not None]
@@ -390,8 +433,11 @@ class Thor(tf_keras.optimizers.legacy.Optimizer):
       grad = grad / self.loss_scale_factor
     state = self.thor_layer(var)
     if state is not None:
-      grad = precondition(grad, self.get_slot(var, A_INV_SLOT), self.get_slot(var, G_INV_SLOT),
-                          state.a_layout, state.g_layout)
+      low = tf.as_dtype(self.precondition_dtype)
+      a_inv = tf.cast(self.get_slot(var, A_INV_SLOT), low)
+      g_inv = tf.cast(self.get_slot(var, G_INV_SLOT), low)
+      grad = tf.cast(precondition(tf.cast(grad, low), a_inv, g_inv, state.a_layout,
+                                  state.g_layout), grad.dtype)
     if self._decays(var):
       grad = grad + tf.cast(self.weight_decay, var_dtype) * var
     if self._momentum:
@@ -423,6 +469,7 @@ class Thor(tf_keras.optimizers.legacy.Optimizer):
         "weight_decay": self.weight_decay,
         "exclude_from_weight_decay": list(self.exclude_from_weight_decay),
         "loss_scale": self.loss_scale_factor,
+        "precondition_dtype": self.precondition_dtype,
     })
     return config
 
@@ -469,16 +516,8 @@ def _hook(layer: tf_keras.layers.Layer, state: ThorLayer, thor: Thor) -> None:
 
 def find_thor(optimizer) -> tuple[Thor | None, Any]:
   """(the Thor inside `optimizer`'s wrappers or None, the LossScaleOptimizer around it or None)."""
-  loss_scaler = None
-  seen = 0
-  while optimizer is not None and not isinstance(optimizer, Thor) and seen < 8:
-    if hasattr(optimizer, "inner_optimizer") and hasattr(optimizer, "loss_scale"):
-      loss_scaler = optimizer
-      optimizer = optimizer.inner_optimizer
-    else:  # Model Garden's ExponentialMovingAverage and similar wrappers
-      optimizer = getattr(optimizer, "_optimizer", None)
-    seen += 1
-  return (optimizer if isinstance(optimizer, Thor) else None), loss_scaler
+  inner, loss_scaler = wrappers.unwrap(optimizer)
+  return (inner if isinstance(inner, Thor) else None), loss_scaler
 
 
 def attach_thor(model: tf_keras.layers.Layer, optimizer) -> list[str]:
