@@ -6,6 +6,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from conftest import assert_same_variables
@@ -148,3 +149,31 @@ def test_multihost_launcher_two_local_workers(digits32, tmp_path, env):
     shares.append(sorted(f.decode() for f in dataset.take(2).as_numpy_iterator()))
   assert len(set(shares[0])) == 2 and len(set(shares[1])) == 2
   assert not set(shares[0]) & set(shares[1])
+
+
+def test_multihost_thor_workers_share_one_preconditioner(digits32, tmp_path, env):
+  """THOR under MultiWorkerMirroredStrategy: the factors are averaged over the workers at each
+  refresh, so both apply the same inverses and end with the same weights and THOR state."""
+  ports = free_ports(2)
+  (tmp_path / "hosts").write_text(f"localhost:{ports[0]}\nlocalhost:{ports[1]}\n")
+  recipe = ROOT / "tf_vision" / "configs" / "experiments" / "digits_resnet10_thor_cpu.yaml"
+  override = SHORT + (",trainer.summary_interval=5,trainer.validation_interval=10"
+                      ",trainer.optimizer_config.optimizer.thor.frequency=4")
+  proc = _launch("run_distribute_train_multihost.sh", "hosts", digits32, "all",
+                 "--config_file", recipe, "--mode", "train", "--params_override", override,
+                 "--json", cwd=tmp_path, env=env, timeout=600)
+  assert proc.returncode == 0, proc.stderr[-2000:]
+  assert json.loads(proc.stdout)["num_replicas"] == 2
+  run = tmp_path / "train_multihost"
+  other = list((run / "tmp_worker_1").glob("*/ckpt-10.index"))
+  assert len(other) == 1, list((run / "tmp_worker_1").rglob("*"))
+  chief = checkpoint_variables(run / "ckpt-10")
+  assert_same_variables(chief, checkpoint_variables(str(other[0])[:-len(".index")]))
+  # The THOR state is in both checkpoints (compared above) and was really used: the last
+  # refresh was at step 8, and the inverses are no longer the identity they start as.
+  refreshed = [v for n, v in chief.items() if "thor_refreshed_at" in n]
+  assert [int(v) for v in refreshed] == [8]
+  inverses = [v for n, v in chief.items() if "thor_a_inv" in n or "thor_g_inv" in n]
+  assert len(inverses) == 2 * 14  # ResNet-10: 13 convolutions and the classifier
+  eye = [np.broadcast_to(np.eye(v.shape[-1]), v.shape) for v in inverses]
+  assert all(np.abs(v - e).max() > 1e-3 for v, e in zip(inverses, eye))
