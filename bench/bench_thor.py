@@ -1,7 +1,7 @@
 """THOR against SGD with momentum on CPU: steps and wall time to a validation accuracy (issue 6).
 
     python bench/bench_thor.py [--datasets digits,shapes] [--seeds 1,2,3] [--quick]
-                               [--sgd_lrs 0.05,0.1,0.2,0.4] [--thor_lrs 0.01,0.02,0.05,0.1]
+                               [--sgd_lrs 0.025,0.05,0.1,0.2] [--thor_lrs 0.005,0.01,0.02,0.05]
                                [--targets digits=0.9,shapes=0.55] [--epochs digits=9,shapes=9]
                                [--work_dir /tmp/nascli_bench_thor] [--out bench/results/thor.json]
 
@@ -63,9 +63,9 @@ What is measured, per run:
                    last evaluation are done) to the process's exit.
 
 Learning rate: a grid per optimizer (--sgd_lrs, --thor_lrs) on the first seed, each spanning 8x
-around its recipe's value (SGD 0.05-0.4; THOR 0.01-0.1, extended below the recipe's then 0.05 -- the
-recipe now has the tuned 0.01 -- because
-pilot runs on shapes learned little at 0.05 and more at 0.02); the lr with the
+(SGD 0.025-0.2; THOR lr_init 0.005-0.05). An earlier run over SGD 0.05-0.4 and THOR 0.01-0.1
+tuned both to the lowest value of their grid, so both grids were moved one step down, each
+keeping that winner inside; the lr with the
 fewest steps to target wins (ties: the higher final accuracy, then the smaller lr; a diverged run
 only wins when nothing else reached the target). The tuned lr then runs on the other seeds (the
 grid's first-seed run is reused as that seed's run), and the table gives medians over seeds; a
@@ -77,10 +77,11 @@ initialization is unseeded in Model Garden and nascli, so it differs in every ru
 between two runs with the same seed): seeds differ in shuffle order and in initialization.
 
 Refresh cost (in a child process, after the training runs): the THOR recipe (frequency set to
-10) and the SGD recipe on the digits data, each with its own ResNet-10 under a OneDeviceStrategy,
+10) twice, with float32 and with bfloat16 preconditioning matmuls (precondition_dtype), and the
+SGD recipe on the digits data, each with its own ResNet-10 under a OneDeviceStrategy,
 one fixed training batch, the Orbit-style step `strategy.run(task.train_step)` in a tf.function,
 each step timed to the loss's value; after --refresh_warmup steps, --refresh_steps steps of each
-optimizer in alternating blocks of 10 (one refresh cycle). Reported: median refresh-step time
+variant in alternating blocks of 10 (one refresh cycle). Reported: median refresh-step time
 (THOR steps 0, 10, 20, ...: the factors A and G recorded in the backward pass, then the damped
 Cholesky block inverses), median ordinary THOR step, median SGD step, their ratios, and THOR's
 amortized step time at the data sets' refresh frequencies.
@@ -461,11 +462,14 @@ def refresh_worker(spec: dict) -> None:
   from tf_vision.optimization import thor
   strategy = tf.distribute.OneDeviceStrategy("/cpu:0")
   built = {}
-  for optimizer in ("thor", "sgd"):
+  # THOR twice: preconditioning matmuls in float32 and in bfloat16 (precondition_dtype).
+  variants = {"thor": ("thor", "float32"), "thor_bf16": ("thor", "bfloat16"),
+              "sgd": ("sgd", None)}
+  for variant, (optimizer, dtype) in variants.items():
     ov = {"task": {"train_data": {"seed": 1}}}
     if optimizer == "thor":
       ov["trainer"] = {"optimizer_config": {"optimizer": {"thor": {
-          "frequency": spec["frequency"]}}}}
+          "frequency": spec["frequency"], "precondition_dtype": dtype}}}}
     plan = training.plan(training.TrainArgs(
         experiment=EXPERIMENT, config_files=[str(recipe(optimizer))],
         params_override=json.dumps(ov), dataset_dir=spec["dataset_dir"], mode="train"))
@@ -489,13 +493,13 @@ def refresh_worker(spec: dict) -> None:
         return strategy.reduce(tf.distribute.ReduceOp.MEAN, logs[task.loss], axis=None)
       return step
 
-    built[optimizer] = (make_step(), opt, len(hooked))
+    built[variant] = (make_step(), opt, len(hooked))
   batch = built["batch"]
-  times = {"refresh": [], "thor": [], "sgd": []}
+  times = {"refresh": [], "thor": [], "refresh_bf16": [], "thor_bf16": [], "sgd": []}
   frequency = spec["frequency"]
 
-  def one(optimizer):
-    step, opt, _ = built[optimizer]
+  def one(variant):
+    step, opt, _ = built[variant]
     index = int(opt.iterations.numpy())
     t0 = time.perf_counter()
     loss = float(step(batch).numpy())
@@ -503,23 +507,30 @@ def refresh_worker(spec: dict) -> None:
 
   start = time.perf_counter()
   for _ in range(spec["warmup"]):
-    one("thor")
-    one("sgd")
+    for variant in variants:
+      one(variant)
   warm_s = time.perf_counter() - start
-  losses = {"thor": [], "sgd": []}
+  losses = {variant: [] for variant in variants}
   done = 0
-  while done < spec["steps"]:
+  while done < spec["steps"]:  # alternating blocks of one refresh cycle: drift hits all alike
     block = min(frequency, spec["steps"] - done)
-    for _ in range(block):
-      index, seconds, loss = one("thor")
-      times["refresh" if index % frequency == 0 else "thor"].append(seconds)
-      losses["thor"].append(loss)
-    for _ in range(block):
-      _, seconds, loss = one("sgd")
-      times["sgd"].append(seconds)
-      losses["sgd"].append(loss)
+    for variant in variants:
+      suffix = variant[len("thor"):] if variant.startswith("thor") else None
+      for _ in range(block):
+        index, seconds, loss = one(variant)
+        if suffix is None:
+          times["sgd"].append(seconds)
+        else:
+          times[("refresh" if index % frequency == 0 else "thor") + suffix].append(seconds)
+        losses[variant].append(loss)
     done += block
   med = {k: float(np.median(v)) for k, v in times.items()}
+
+  def amortized(suffix):
+    return {str(f): round((med["refresh" + suffix] + (f - 1) * med["thor" + suffix]) / f
+                          / med["sgd"], 3)
+            for f in sorted({frequency, *spec["frequencies"]})}
+
   result = {
       "frequency": frequency, "warmup_steps": spec["warmup"], "timed_steps": spec["steps"],
       "warmup_and_tracing_s": round(warm_s, 2), "hooked_layers": built["thor"][2],
@@ -530,9 +541,9 @@ def refresh_worker(spec: dict) -> None:
       "refresh_over_ordinary": round(med["refresh"] / med["thor"], 3),
       "refresh_over_sgd": round(med["refresh"] / med["sgd"], 3),
       "ordinary_thor_over_sgd": round(med["thor"] / med["sgd"], 3),
-      "amortized_thor_over_sgd": {
-          str(f): round((med["refresh"] + (f - 1) * med["thor"]) / f / med["sgd"], 3)
-          for f in sorted({frequency, *spec["frequencies"]})},
+      "ordinary_thor_bf16_over_sgd": round(med["thor_bf16"] / med["sgd"], 3),
+      "amortized_thor_over_sgd": amortized(""),
+      "amortized_thor_bf16_over_sgd": amortized("_bf16"),
       "final_losses": {k: round(v[-1], 4) for k, v in losses.items()},
       "batch_shape": list(batch[0].shape)}
   print(REFRESH_MARK + json.dumps(result), flush=True)
@@ -555,7 +566,8 @@ def refresh_cost(work: Path, data: Path, frequency: int, warmup: int, steps: int
                  "waited_for_other_s": round(waited, 1), "data": str(data)})
   m = result["median_ms"]
   print(f"  refresh cost: refresh step {m['refresh']:.1f} ms, ordinary THOR step"
-        f" {m['thor']:.1f} ms, SGD step {m['sgd']:.1f} ms (foreign load"
+        f" {m['thor']:.1f} ms (bfloat16 preconditioning: {m['refresh_bf16']:.1f} /"
+        f" {m['thor_bf16']:.1f} ms), SGD step {m['sgd']:.1f} ms (foreign load"
         f" {proc['foreign_load']:.2f})", flush=True)
   return result
 
@@ -695,7 +707,10 @@ def print_table(report: dict) -> None:
           f" {m['thor']:.1f} ms, SGD step {m['sgd']:.1f} ms; refresh/ordinary"
           f" {rc['refresh_over_ordinary']}, refresh/SGD {rc['refresh_over_sgd']},"
           f" ordinary THOR/SGD {rc['ordinary_thor_over_sgd']}, amortized THOR/SGD"
-          f" {rc['amortized_thor_over_sgd']}")
+          f" {rc['amortized_thor_over_sgd']}; bfloat16 preconditioning: refresh"
+          f" {m['refresh_bf16']:.1f} ms, ordinary {m['thor_bf16']:.1f} ms, ordinary/SGD"
+          f" {rc['ordinary_thor_bf16_over_sgd']}, amortized"
+          f" {rc['amortized_thor_bf16_over_sgd']}")
 
 
 def _parse_map(text: str, cast) -> dict:
@@ -719,8 +734,8 @@ def main() -> None:
   parser.add_argument("--seeds", default="1,2,3")
   parser.add_argument("--quick", action="store_true",
                       help="smoke test: one lr each, one seed, two loops per run")
-  parser.add_argument("--sgd_lrs", default="0.05,0.1,0.2,0.4")
-  parser.add_argument("--thor_lrs", default="0.01,0.02,0.05,0.1")
+  parser.add_argument("--sgd_lrs", default="0.025,0.05,0.1,0.2")
+  parser.add_argument("--thor_lrs", default="0.005,0.01,0.02,0.05")
   parser.add_argument("--targets", default="",
                       help="per data set, e.g. digits=0.9,shapes=0.55 (default: the constants)")
   parser.add_argument("--epochs", default="", help="per data set step budget in epochs")
