@@ -1,12 +1,11 @@
 """`nascli list_trials JOB_DIR`: the trials of a search job, best reward first (or JSON).
 
 Read-only: it replays the journal and reads the trial folders, so it works on a running search
-(and on a copy of a job dir) without touching what the search writes.
+(and on a copy of a job dir) without touching what the search writes. JOB_DIR may be a gs:// URL:
+the journal's objects are read through nascli.storage.
 """
 
 import json
-import os
-from pathlib import Path
 from typing import Annotated, Any, Optional, Sequence
 
 import typer
@@ -23,8 +22,10 @@ COLUMNS = ("trial_id", "status", "reward", "accuracy", "latency_ms", "params", "
 
 
 def list_trials(
-    job_dir: Annotated[Path, typer.Argument(
-        metavar="JOB_DIR", help="The search job dir (search_in_local's --local_output_dir).",
+    # str, not Path: pathlib would turn gs://bucket/job into gs:/bucket/job.
+    job_dir: Annotated[str, typer.Argument(
+        metavar="JOB_DIR", help="The search job dir (search_in_local's --local_output_dir), a"
+        " folder or gs://BUCKET/PREFIX.",
         show_default=False)],
     max_trials: Annotated[Optional[int], typer.Option(
         *flag("max_trials"), min=1, help="Show only the N best trials.")] = None,
@@ -39,9 +40,10 @@ def list_trials(
   from nascli.search import results
   wanted = _statuses(status or [], journal_lib.FINAL_STATUSES + (journal_lib.RUNNING,
                                                                journal_lib.PENDING))
-  if not os.path.isfile(job_dir / journal_lib.JOURNAL_NAME):
-    raise NascliError(f"{job_dir} is not a nascli search job (no {journal_lib.JOURNAL_NAME})")
-  state = journal_lib.replay(journal_lib.Journal.in_dir(job_dir).events())
+  journal = journal_lib.journal_for(job_dir)
+  if not journal.exists():
+    raise NascliError(f"{job_dir} is not a nascli search job (no {journal.NAME})")
+  state = journal_lib.replay(journal.events())
   all_rows = results.trial_rows(job_dir, state)
   rows = results.sort_by_reward(r for r in all_rows if not wanted or r["status"] in wanted)
   if max_trials is not None:
@@ -67,7 +69,7 @@ def _statuses(given: Sequence[str], known: Sequence[str]) -> set[str]:
   return wanted
 
 
-def _summary(job_dir: Path, all_rows: Sequence[dict], shown: int) -> str:
+def _summary(job_dir: str, all_rows: Sequence[dict], shown: int) -> str:
   counts: dict[str, int] = {}
   for row in all_rows:
     counts[row["status"]] = counts.get(row["status"], 0) + 1

@@ -32,8 +32,8 @@ Constraint = Annotated[str, typer.Option(*flag("latency_constraint"), help="soft
 LatencyWeight = Annotated[float, typer.Option(
     *flag("latency_weight"), help="w of accuracy * (target/latency)**w.")]
 OutputDir = Annotated[Optional[str], typer.Option(
-    *flag("local_output_dir"), help="The search job dir (default:"
-    " nascli_output/search_<space>).")]
+    *flag("local_output_dir"), help="The search job dir, a folder or gs://BUCKET/PREFIX"
+    " (default: nascli_output/search_<space>).")]
 DockerFlags = Annotated[Optional[list[str]], typer.Option(
     *flag("search_docker_flags"), help="Vertex's trainer flags: params_override=...,"
     " training_data_path=..., validation_data_path=..., model=retinanet, config_file=...")]

@@ -15,6 +15,10 @@ Events (each also carries "seq", 1, 2, 3, ..., and "time", ISO 8601 UTC):
                  worker or node died); the trial is pending again, to be retried
 Events of other kinds are kept in the log and ignored by `replay`, so newer writers can add
 informational events without breaking older readers.
+
+A job dir on `gs://` keeps the same events as one object per entry (`JOB/journal/0000000001.json`,
+...), each created only if absent (`GcsJournal`); `journal_for(job_dir)` picks the backend by the
+job dir's scheme.
 """
 
 from __future__ import annotations
@@ -28,11 +32,15 @@ import fcntl
 import hashlib
 import json
 import os
-import shutil
-from typing import Any, Iterable, Iterator, Mapping
+import re
+from concurrent import futures
+from typing import Any, Callable, Iterable, Iterator, Mapping
 
+from nascli import storage
 from nascli.errors import InputError
 from nascli.errors import OutputError
+from nascli.errors import StorageError
+from nascli.errors import StorageExistsError
 
 JOURNAL_NAME = 'journal.jsonl'
 LOCK_NAME = '.lock'
@@ -66,6 +74,39 @@ def _fsync_dir(path: str) -> None:
     os.close(fd)
 
 
+@contextlib.contextmanager
+def writer_lock(lock_path: str, job_dir: str) -> Iterator[int]:
+  """An exclusive flock on `lock_path` holding this process's pid, for as long as the block runs.
+
+  The kernel releases it when the process dies, so a killed search never leaves a stale lock.
+
+  Raises:
+    OutputError: another process (or another open in this one) holds it.
+  """
+  os.makedirs(os.path.dirname(lock_path), exist_ok=True)
+  fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o644)
+  try:
+    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+  except OSError as e:
+    holder = _read_pid(fd)
+    os.close(fd)
+    if e.errno not in (errno.EAGAIN, errno.EACCES, errno.EWOULDBLOCK):
+      raise OutputError(f'{lock_path}: cannot lock ({e.strerror})') from e
+    raise OutputError(
+        f'another search is running in {job_dir} (pid {holder}); wait for it to '
+        f'finish or stop it, or use another --local_output_dir') from None
+  try:
+    os.ftruncate(fd, 0)
+    os.pwrite(fd, f'{os.getpid()}\n'.encode(), 0)
+    os.fsync(fd)
+    yield fd
+  finally:
+    with contextlib.suppress(OSError):
+      os.ftruncate(fd, 0)
+    fcntl.flock(fd, fcntl.LOCK_UN)
+    os.close(fd)
+
+
 class Journal:
   """`JOB_DIR/journal.jsonl`: append events as one writer, read them as anyone.
 
@@ -73,6 +114,8 @@ class Journal:
   whole life, so two searches can never share a job dir; the lock is released by the kernel
   when the process dies, so a killed search never leaves a stale lock behind.
   """
+
+  NAME = JOURNAL_NAME  # what error messages call the journal
 
   def __init__(self, path: str | os.PathLike[str]):
     self.path = os.fspath(path)
@@ -105,31 +148,13 @@ class Journal:
       raise RuntimeError(f'{self.path} is already open for writing by this Journal')
     if os.path.exists(self.job_dir) and not os.path.isdir(self.job_dir):
       raise OutputError(f'{self.job_dir} is a file; the search needs a folder there')
-    os.makedirs(self.job_dir, exist_ok=True)
-    fd = os.open(self.lock_path, os.O_RDWR | os.O_CREAT, 0o644)
-    try:
-      fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except OSError as e:
-      holder = _read_pid(fd)
-      os.close(fd)
-      if e.errno not in (errno.EAGAIN, errno.EACCES, errno.EWOULDBLOCK):
-        raise OutputError(f'{self.lock_path}: cannot lock ({e.strerror})') from e
-      raise OutputError(
-          f'another search is running in {self.job_dir} (pid {holder}); wait for it to '
-          f'finish or stop it, or use another --local_output_dir') from None
-    try:
-      os.ftruncate(fd, 0)
-      os.pwrite(fd, f'{os.getpid()}\n'.encode(), 0)
-      os.fsync(fd)
-      self._lock_fd = fd
-      self._repair_tail()
-      yield self
-    finally:
-      self._lock_fd = None
-      with contextlib.suppress(OSError):
-        os.ftruncate(fd, 0)
-      fcntl.flock(fd, fcntl.LOCK_UN)
-      os.close(fd)
+    with writer_lock(self.lock_path, self.job_dir) as fd:
+      try:
+        self._lock_fd = fd
+        self._repair_tail()
+        yield self
+      finally:
+        self._lock_fd = None
 
   def _repair_tail(self) -> None:
     """Drops a partial last line and learns the next seq.
@@ -171,12 +196,7 @@ class Journal:
       raise RuntimeError('Journal.append needs Journal.open_for_writing()')
     if self._damage is not None:
       raise self._damage
-    if not isinstance(event.get('event'), str):
-      raise ValueError(f'a journal event needs an "event" name: {event!r}')
-    clash = [k for k in _RESERVED_KEYS if k in event]
-    if clash:
-      raise ValueError(f'the journal sets {clash} itself: {event!r}')
-    record = {'seq': self._next_seq, 'time': _now(), **event}
+    record = _record(event, self._next_seq)
     data = (json.dumps(record, separators=(',', ':')) + '\n').encode('utf-8')
     created = not os.path.exists(self.path)
     fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
@@ -231,6 +251,17 @@ class Journal:
     self._next_seq = 1
     self._damage = None
 
+  def exists(self) -> bool:
+    """The job dir has a journal (it is a search job)."""
+    return os.path.isfile(self.path)
+
+  def check_writer(self) -> None:
+    """Nothing to check: the lock keeps every other writer out while this one holds it."""
+
+  def where(self, seq: int) -> str:
+    """Where event `seq` is stored, for error messages."""
+    return f'{self.path}: line {seq}'
+
 
 def _read_pid(fd: int) -> str:
   try:
@@ -265,6 +296,215 @@ def _check_event(event: Any, seq: int) -> str | None:
   if event.get('seq') != seq:
     return f'has seq {event.get("seq")!r} where {seq} was expected (lines lost or reordered)'
   return None
+
+
+# --------------------------------------------------------------------------- gs://
+
+ENTRIES_DIR = 'journal'
+_ENTRY_RE = re.compile(r'(\d{10})\.json')
+_READ_THREADS = 8
+
+
+def staging_dir(url: str) -> str:
+  """The local folder of a gs:// job: its trials run there, its driver lock lives there.
+
+  Fixed per URL (`$NASCLI_CACHE_DIR/search-staging/BUCKET/PREFIX`), so a driver restarted on the
+  same machine finds what a killed one left: the checkpoints of interrupted trials.
+  """
+  g = storage.parse_gcs(url.rstrip('/'))
+  return os.path.join(storage.default_cache_root().parent, 'search-staging', g.bucket,
+                      *(g.name.strip('/') or '_root').split('/'))
+
+
+class GcsJournal:
+  """The journal of a gs:// job dir: one object per event, `JOB/journal/0000000001.json`, ...
+
+  Same interface and guarantees as `Journal`. An entry is created whole (one upload) and only
+  if absent (`storage.create_bytes`: ifGenerationMatch=0), so a killed driver never leaves a torn
+  entry and two drivers can never both write entry N.
+
+  What guards concurrent drivers: object storage has no lock that dies with its holder, so
+  instead every append is create-only. A driver appends entry N+1 only if it has seen entries
+  1..N; if another driver appended since, the object exists, the append fails and this driver
+  stops with an OutputError (before publishing trial files, `check_writer` looks for such
+  entries). Two drivers on one machine are refused at once, as locally, by a flock in the job's
+  staging folder.
+  """
+
+  NAME = f'{ENTRIES_DIR}/'
+
+  def __init__(self, job_dir: str):
+    self.job_dir = job_dir.rstrip('/')
+    storage.parse_gcs(self.job_dir)  # a malformed URL fails here, with its name
+    self.path = storage.join(self.job_dir, ENTRIES_DIR)
+    self.lock_path = os.path.join(staging_dir(self.job_dir), LOCK_NAME)
+    self._cache: dict[int, dict[str, Any]] = {}  # entries are immutable once created
+    self._writing = False
+    self._next_seq = 1
+    self._damage: InputError | None = None
+    self.repaired_bytes = 0  # for Journal's interface: an object is never torn
+
+  @classmethod
+  def in_dir(cls, job_dir: str) -> 'GcsJournal':
+    return cls(job_dir)
+
+  @property
+  def writing(self) -> bool:
+    return self._writing
+
+  def entry(self, seq: int) -> str:
+    """The URL of event `seq`."""
+    return storage.join(self.path, f'{seq:010d}.json')
+
+  def where(self, seq: int) -> str:
+    return self.entry(seq)
+
+  @contextlib.contextmanager
+  def open_for_writing(self) -> Iterator['GcsJournal']:
+    """Learns the next seq (a damaged journal is remembered, as `Journal` does, so that
+    `--overwrite` can still delete it) and holds the machine-local writer lock."""
+    if self._writing:
+      raise RuntimeError(f'{self.path} is already open for writing by this GcsJournal')
+    with writer_lock(self.lock_path, self.job_dir):
+      self._writing = True
+      try:
+        self._damage = None
+        try:
+          events = self.events()
+          self._next_seq = len(events) + 1
+        except InputError as e:
+          self._damage = e
+        yield self
+      finally:
+        self._writing = False
+
+  def append(self, event: Mapping[str, Any]) -> dict[str, Any]:
+    """Creates the next entry; returns the event as written (with "seq" and "time").
+
+    Raises:
+      OutputError: the entry exists: another driver appended to this job.
+    """
+    if not self._writing:
+      raise RuntimeError('GcsJournal.append needs GcsJournal.open_for_writing()')
+    if self._damage is not None:
+      raise self._damage
+    record = _record(event, self._next_seq)
+    data = json.dumps(record, separators=(',', ':')).encode('utf-8') + b'\n'
+    url = self.entry(record['seq'])
+    try:
+      storage.create_bytes(url, data)
+    except StorageExistsError:
+      # A retried upload whose first attempt did land reads back as "exists": that is ours.
+      with contextlib.suppress(StorageError):
+        if storage.read_bytes(url) == data:
+          return self._appended(record)
+      raise self._taken(record['seq']) from None
+    return self._appended(record)
+
+  def _appended(self, record: dict[str, Any]) -> dict[str, Any]:
+    self._cache[record['seq']] = record
+    self._next_seq += 1
+    return record
+
+  def _taken(self, seq: int) -> OutputError:
+    return OutputError(
+        f'{self.entry(seq)} already exists: another search appended to {self.job_dir} after '
+        f'this one read its journal; this one stops (nothing overwritten)')
+
+  def check_writer(self) -> None:
+    """Raises OutputError if another driver has appended since this one (costs one listing)."""
+    if not self._writing:
+      raise RuntimeError('GcsJournal.check_writer needs GcsJournal.open_for_writing()')
+    if any(seq >= self._next_seq for seq in self._entry_seqs()):
+      raise self._taken(self._next_seq)
+
+  def exists(self) -> bool:
+    return bool(storage.list_names(self.path))
+
+  def _entry_seqs(self) -> list[int]:
+    seqs = []
+    for name in storage.list_names(self.path):
+      match = _ENTRY_RE.fullmatch(name)
+      if not match:
+        raise InputError(
+            f'{storage.join(self.path, name)} is not a journal entry (NNNNNNNNNN.json); the '
+            f'search cannot be resumed from a damaged journal: remove it, or pass --overwrite '
+            f'to start over')
+      seqs.append(int(match.group(1)))
+    return sorted(seqs)
+
+  def events(self) -> list[dict[str, Any]]:
+    """All events, oldest first: one listing, then a read of each entry not read before.
+
+    Raises:
+      InputError: an entry is missing (a gap) or is not a valid event (names the object).
+    """
+    seqs = self._entry_seqs()
+    for expected, seq in enumerate(seqs, 1):
+      if seq != expected:
+        raise InputError(
+            f'{self.entry(expected)} is missing (the journal has {len(seqs)} entries up to '
+            f'{seqs[-1]}); the search cannot be resumed from a damaged journal: restore it, or '
+            f'pass --overwrite to start over')
+    todo = [seq for seq in seqs if seq not in self._cache]
+    if len(todo) > 1:
+      with futures.ThreadPoolExecutor(min(_READ_THREADS, len(todo))) as pool:
+        loaded = list(pool.map(self._read_entry, todo))
+    else:
+      loaded = [self._read_entry(seq) for seq in todo]
+    self._cache.update(zip(todo, loaded))
+    return [dict(self._cache[seq]) for seq in seqs]
+
+  def _read_entry(self, seq: int) -> dict[str, Any]:
+    url = self.entry(seq)
+    try:
+      event = json.loads(storage.read_bytes(url))
+      problem = _check_event(event, seq)
+    except (ValueError, UnicodeDecodeError) as e:
+      problem = f'is not JSON ({str(e).splitlines()[0]})'
+    if problem:
+      raise InputError(f'{url} {problem}; the search cannot be resumed from a damaged journal: '
+                       f'restore it, or pass --overwrite to start over')
+    return event
+
+  def delete(self) -> None:
+    """Removes every entry, the last first (a cut-short delete leaves entries 1..k, no gap)."""
+    if not self._writing:
+      raise RuntimeError('GcsJournal.delete needs GcsJournal.open_for_writing()')
+    for name in reversed(storage.list_names(self.path)):
+      storage.delete(storage.join(self.path, name), missing_ok=True)
+    self._cache.clear()
+    self._next_seq = 1
+    self._damage = None
+
+
+def _record(event: Mapping[str, Any], seq: int) -> dict[str, Any]:
+  """`event` with its seq and time, checked as both journals require."""
+  if not isinstance(event.get('event'), str):
+    raise ValueError(f'a journal event needs an "event" name: {event!r}')
+  clash = [k for k in _RESERVED_KEYS if k in event]
+  if clash:
+    raise ValueError(f'the journal sets {clash} itself: {event!r}')
+  return {'seq': seq, 'time': _now(), **event}
+
+
+# Journal backends by the job dir's scheme ("file" for local paths).
+_BACKENDS: dict[str, Callable[[str], Any]] = {'file': Journal.in_dir, 'gs': GcsJournal.in_dir}
+
+
+def scheme(job_dir: str | os.PathLike[str]) -> str:
+  """"gs" for gs:// URLs, "file" for local paths; other URLs are refused (one line)."""
+  text = os.fspath(job_dir)
+  if storage.is_gcs(text):
+    return 'gs'
+  if '://' in text:
+    raise InputError(f'{text}: a search job dir is a local folder or a gs://BUCKET/PREFIX URL')
+  return 'file'
+
+
+def journal_for(job_dir: str | os.PathLike[str]) -> 'Journal | GcsJournal':
+  """The journal of the search job in `job_dir`, local or gs://."""
+  return _BACKENDS[scheme(job_dir)](os.fspath(job_dir))
 
 
 # --------------------------------------------------------------------------- settings
@@ -324,27 +564,29 @@ def settings_diff(old: Mapping[str, Any], new: Mapping[str, Any],
 
 def _search_outputs(job_dir: str) -> list[str]:
   """Names in `job_dir` that a search writes: derived files and integer-named trial folders."""
-  try:
-    names = os.listdir(job_dir)
-  except FileNotFoundError:
-    return []
-  found = [n for n in DERIVED_OUTPUTS if n in names]
-  trials = sorted((n for n in names
-                   if n.isdigit() and os.path.isdir(os.path.join(job_dir, n))), key=int)
+  names = set(storage.list_names(job_dir, recursive=False))
+  found = [n for n in DERIVED_OUTPUTS if n in names or f'{n}/' in names]
+  trials = sorted((n[:-1] for n in names if n.endswith('/') and n[:-1].isdigit()), key=int)
   return found + [f'{n}/' for n in trials]
 
 
 def _remove_search_outputs(job_dir: str) -> None:
   for name in _search_outputs(job_dir):
-    path = os.path.join(job_dir, name.rstrip('/'))
-    if os.path.isdir(path) and not os.path.islink(path):
-      shutil.rmtree(path)
+    path = storage.join(job_dir, name.rstrip('/'))
+    if storage.is_file(path) or os.path.islink(path):
+      storage.delete(path)
     else:
-      os.remove(path)
+      storage.remove_tree(path)
+
+
+def _same_dir(a: str, b: str) -> bool:
+  if storage.is_gcs(a) or storage.is_gcs(b):
+    return a.rstrip('/') == b.rstrip('/')
+  return os.path.abspath(a) == os.path.abspath(b)
 
 
 def check_settings(job_dir: str | os.PathLike[str], settings: Mapping[str, Any],
-                   overwrite: bool, *, journal: Journal | None = None,
+                   overwrite: bool, *, journal: 'Journal | GcsJournal | None' = None,
                    mutable_keys: Iterable[str] = ()) -> 'JobState':
   """Starts a new search in `job_dir` or agrees to resume the one there; returns its state.
 
@@ -355,7 +597,7 @@ def check_settings(job_dir: str | os.PathLike[str], settings: Mapping[str, Any],
   With `overwrite`, any old search is DELETED and a new one starts, even one with the same
   settings (KerasTuner's `overwrite=True`): journal.jsonl, every integer-named trial folder
   ("1/", "2/", ...), trials.json, trials.csv, search_progress.png and hparams/. Other files in
-  `job_dir` are left alone. nascli never deletes anything without --overwrite: a job dir that
+  `job_dir` are left alone. A gs:// job dir works the same, on objects (see GcsJournal). nascli never deletes anything without --overwrite: a job dir that
   holds search outputs but no journal is refused too.
 
   Args:
@@ -376,11 +618,11 @@ def check_settings(job_dir: str | os.PathLike[str], settings: Mapping[str, Any],
   mutable_keys = tuple(mutable_keys)
   settings = _canonical(dict(settings))
   if journal is None or not journal.writing:
-    journal = journal or Journal.in_dir(job_dir)
+    journal = journal or journal_for(job_dir)
     with journal.open_for_writing():
       return check_settings(job_dir, settings, overwrite, journal=journal,
                             mutable_keys=mutable_keys)
-  if os.path.abspath(journal.job_dir) != os.path.abspath(job_dir):
+  if not _same_dir(journal.job_dir, job_dir):
     raise ValueError(f'journal {journal.path} is not in {job_dir}')
 
   if overwrite:
@@ -394,7 +636,7 @@ def check_settings(job_dir: str | os.PathLike[str], settings: Mapping[str, Any],
     if outputs:
       shown = ', '.join(outputs[:4]) + (', ...' if len(outputs) > 4 else '')
       raise OutputError(
-          f'{job_dir} holds search outputs ({shown}) but no {JOURNAL_NAME} to resume from; '
+          f'{job_dir} holds search outputs ({shown}) but no {journal.NAME} to resume from; '
           f'pass --overwrite to delete them or use another --local_output_dir')
     journal.append({'event': 'search_started', 'settings': settings,
                     'fingerprint': fingerprint(settings, mutable_keys)})
@@ -402,7 +644,7 @@ def check_settings(job_dir: str | os.PathLike[str], settings: Mapping[str, Any],
 
   first = events[0]
   if first['event'] != 'search_started' or not isinstance(first.get('settings'), dict):
-    raise InputError(f'{journal.path}: line 1 is not a search_started event with settings; '
+    raise InputError(f'{journal.where(1)} is not a search_started event with settings; '
                      f'pass --overwrite to start over')
   # Compare against the stored settings, not the stored fingerprint, so that a change in
   # `mutable_keys` between versions does not refuse a resume that is really the same search.

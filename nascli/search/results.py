@@ -1,9 +1,10 @@
 """What a search produced, derived from its journal: trial tables, a progress plot, HParams.
 
 Everything here is rebuilt from the journal's `JobState` plus each completed trial's
-`model_analysis.json`, and every file appears whole (written aside, then renamed), so a reader
-(`nascli list_trials`, TensorBoard, a spreadsheet) never sees half a table and a killed search
-leaves nothing that looks complete but is not.
+`model_analysis.json`, and every file appears whole (nascli.storage: written aside and renamed,
+or one complete gs:// upload), so a reader (`nascli list_trials`, TensorBoard, a spreadsheet)
+never sees half a table and a killed search leaves nothing that looks complete but is not. The
+job dir may be a local folder or a gs:// URL.
 
 HParams event files are written with TensorBoard's own protos and record writer instead of
 `tf.summary`: the search process that hands GPUs to its trials must not load TensorFlow (10 s)
@@ -28,6 +29,11 @@ import tempfile
 import time
 from typing import Any, Iterable, Mapping, Sequence
 
+from nascli import storage
+from nascli.errors import InputError
+from nascli.errors import StorageError
+from nascli.errors import StorageExistsError
+from nascli.errors import StorageNotFoundError
 from nascli.search.journal import COMPLETED
 from nascli.search.journal import FAILED_STATUSES
 from nascli.search.journal import JobState
@@ -62,15 +68,17 @@ def trial_rows(job_dir: str | os.PathLike[str], state: JobState) -> list[dict[st
   no reward and none of a model_analysis.json left by an attempt the journal never recorded
   (it runs again on resume). `seconds` is the trial's own measurement, else the journal's
   start-to-finish time of its last attempt (so failed trials show how long they ran).
+  model_analysis.json is read only when the journal lacks a measurement (one object per trial
+  less to fetch from gs://).
   """
-  job_dir = os.path.abspath(os.fspath(job_dir))
+  job_dir = _job_dir(job_dir)
   rows = []
   for trial_id, proposal in state.proposals.items():
     status = state.status[trial_id]
-    trial_dir = os.path.join(job_dir, trial_id)
+    trial_dir = storage.join(job_dir, trial_id)
     completed = status == COMPLETED
     journaled = state.metrics.get(trial_id, {}) if completed else {}
-    analysis = _read_analysis(trial_dir, trial_id) if completed else {}
+    analysis = None
     row: dict[str, Any] = {
         'trial_id': trial_id,
         'status': status,
@@ -78,7 +86,11 @@ def trial_rows(job_dir: str | os.PathLike[str], state: JobState) -> list[dict[st
     }
     for key in MEASURED:
       value = _number(journaled.get(key))
-      row[key] = value if value is not None else _number(analysis.get(key))
+      if value is None and completed:
+        if analysis is None:
+          analysis = _read_analysis(trial_dir, trial_id)
+        value = _number(analysis.get(key))
+      row[key] = value
     if row['seconds'] is None:
       row['seconds'] = _elapsed(state.started_time.get(trial_id),
                                 state.finished_time.get(trial_id))
@@ -96,15 +108,20 @@ def sort_by_reward(rows: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
   return rewarded + [r for r in rows if r.get('reward') is None]
 
 
+def _job_dir(job_dir: str | os.PathLike[str]) -> str:
+  """A local job dir as an absolute path; a gs:// URL as it is, without a trailing '/'."""
+  job_dir = os.fspath(job_dir)
+  return job_dir.rstrip('/') if storage.is_gcs(job_dir) else os.path.abspath(job_dir)
+
+
 def _read_analysis(trial_dir: str, trial_id: str) -> dict[str, Any]:
   """The trial's model_analysis.json; {} (with a warning) when unreadable or another trial's."""
-  path = os.path.join(trial_dir, ANALYSIS_NAME)
+  path = storage.join(trial_dir, ANALYSIS_NAME)
   try:
-    with open(path, encoding='utf-8') as f:
-      data = json.load(f)
-  except FileNotFoundError:
+    data = json.loads(storage.read_text(path))
+  except StorageNotFoundError:
     return {}
-  except (OSError, ValueError) as e:
+  except (StorageError, InputError, ValueError) as e:
     logger.warning('ignoring %s: %s', path, ' '.join(str(e).split()))
     return {}
   if not isinstance(data, dict):
@@ -145,22 +162,9 @@ def _elapsed(start: Any, end: Any) -> float | None:
 # --------------------------------------------------------------------------- files
 
 
-def _atomic_write(path: str, data: bytes) -> None:
-  """Writes `path` aside, fsyncs and renames it: readers see the old file or the new one."""
-  directory = os.path.dirname(path) or '.'
-  fd, tmp = tempfile.mkstemp(dir=directory, prefix=f'.{os.path.basename(path)}.',
-                             suffix=_TMP_SUFFIX)
-  try:
-    with os.fdopen(fd, 'wb') as f:
-      f.write(data)
-      f.flush()
-      os.fsync(f.fileno())
-    os.chmod(tmp, 0o644)  # mkstemp's 0600 would hide the results from other users.
-    os.replace(tmp, path)
-  except BaseException:
-    with contextlib.suppress(OSError):
-      os.remove(tmp)
-    raise
+def _atomic_write(path: str, data: bytes, content_type: str) -> None:
+  """Readers see the old file or object or the new one (nascli.storage owns atomic writes)."""
+  storage.write_bytes(path, data, content_type=content_type)
 
 
 def _csv_cell(value: Any) -> Any:
@@ -176,13 +180,14 @@ def write_tables(job_dir: str | os.PathLike[str], rows: Sequence[Mapping[str, An
   job_dir = os.fspath(job_dir)
   _remove_leftovers(job_dir, TABLE_JSON, TABLE_CSV)
   text = json.dumps([dict(r) for r in rows], indent=2, allow_nan=False) + '\n'
-  _atomic_write(os.path.join(job_dir, TABLE_JSON), text.encode('utf-8'))
+  _atomic_write(storage.join(job_dir, TABLE_JSON), text.encode('utf-8'), 'application/json')
   buffer = io.StringIO()
   writer = csv.DictWriter(buffer, fieldnames=COLUMNS, lineterminator='\n')
   writer.writeheader()
   for row in rows:
     writer.writerow({key: _csv_cell(row.get(key)) for key in COLUMNS})
-  _atomic_write(os.path.join(job_dir, TABLE_CSV), buffer.getvalue().encode('utf-8'))
+  _atomic_write(storage.join(job_dir, TABLE_CSV), buffer.getvalue().encode('utf-8'),
+                'text/csv; charset=utf-8')
 
 
 def _trial_numbers(rows: Sequence[Mapping[str, Any]]) -> list[int]:
@@ -212,7 +217,7 @@ def write_progress_plot(job_dir: str | os.PathLike[str],
   fig = Figure(figsize=(8, 4.5), dpi=100)
   FigureCanvasAgg(fig)
   ax = fig.add_subplot()
-  name = os.path.basename(os.path.abspath(job_dir))
+  name = _job_dir(job_dir).rsplit('/', 1)[-1]
   if done:
     dx, dy = zip(*done)
     ax.scatter(dx, dy, s=22, color='tab:blue', zorder=3, label='reward')
@@ -247,7 +252,7 @@ def write_progress_plot(job_dir: str | os.PathLike[str],
   fig.tight_layout()
   buffer = io.BytesIO()
   fig.savefig(buffer, format='png')
-  _atomic_write(os.path.join(job_dir, PROGRESS_PLOT), buffer.getvalue())
+  _atomic_write(storage.join(job_dir, PROGRESS_PLOT), buffer.getvalue(), 'image/png')
 
 
 # --------------------------------------------------------------------------- HParams
@@ -337,13 +342,17 @@ def _event_file_name(wall_time: float) -> str:
 
 
 def _has_event_file(directory: str) -> bool:
-  with contextlib.suppress(FileNotFoundError):
-    return any('tfevents' in name and not name.startswith('.') for name in os.listdir(directory))
-  return False
+  return any('tfevents' in name and not name.startswith('.')
+             for name in storage.list_names(directory, recursive=False))
 
 
 def _remove_leftovers(directory: str, *names: str) -> None:
-  """Temporary files and folders of a writer killed mid-write (of `names` only, if given)."""
+  """Temporary files and folders of a writer killed mid-write (of `names` only, if given).
+
+  Only local folders have them: a gs:// object appears only when its upload is complete.
+  """
+  if storage.is_gcs(directory):
+    return
   prefixes = tuple(f'.{n}.' for n in names) or ('.',)
   with contextlib.suppress(FileNotFoundError):
     for name in os.listdir(directory):
@@ -358,10 +367,19 @@ def _remove_leftovers(directory: str, *names: str) -> None:
 
 def _write_run(root: str, name: str, summaries: Sequence[Any]) -> bool:
   """Creates `root/name/` holding one event file, whole or not at all; False if it exists."""
+  now = time.time()
+  if storage.is_gcs(root):
+    # One object is the whole run: it appears complete or not at all.
+    try:
+      storage.create_bytes(storage.join(root, name, _event_file_name(now)),
+                           _event_file_bytes(summaries, now))
+    except StorageExistsError:
+      return False
+    return True
   tmp = tempfile.mkdtemp(dir=root, prefix=f'.{name}.', suffix=_TMP_SUFFIX)
   try:
-    now = time.time()
-    _atomic_write(os.path.join(tmp, _event_file_name(now)), _event_file_bytes(summaries, now))
+    _atomic_write(os.path.join(tmp, _event_file_name(now)), _event_file_bytes(summaries, now),
+                  'application/octet-stream')
     os.chmod(tmp, 0o755)
     try:
       os.rename(tmp, os.path.join(root, name))
@@ -403,8 +421,8 @@ def write_hparams(job_dir: str | os.PathLike[str], rows: Sequence[Mapping[str, A
   # itself imports TensorFlow (for its Keras callback).
   from tensorboard.plugins.hparams import summary_v2 as hp
   from tensorboard.plugins.scalar import summary_v2 as scalar_summary
-  root = os.path.join(os.fspath(job_dir), HPARAMS_DIR)
-  os.makedirs(root, exist_ok=True)
+  root = storage.join(os.fspath(job_dir), HPARAMS_DIR)
+  storage.ensure_dir(root)
   _remove_leftovers(root)
   written = set() if written is None else written
 
@@ -415,14 +433,15 @@ def write_hparams(job_dir: str | os.PathLike[str], rows: Sequence[Mapping[str, A
                  for key, values in domains.items()],
         metrics=[hp.Metric(name) for name in HPARAM_METRICS])
     now = time.time()
-    _atomic_write(os.path.join(root, _event_file_name(now)), _event_file_bytes([config], now))
+    _atomic_write(storage.join(root, _event_file_name(now)), _event_file_bytes([config], now),
+                  'application/octet-stream')
 
   for row in rows:
     trial_id = str(row['trial_id'])
     if row['status'] != COMPLETED or row.get('reward') is None or trial_id in written:
       continue
     name = run_name(trial_id)
-    if not os.path.isdir(os.path.join(root, name)):
+    if not storage.exists(storage.join(root, name)):
       values = {str(k): hparam_value(v) for k, v in (row.get('nas_params') or {}).items()}
       summaries = [hp.hparams_pb(values, trial_id=trial_id)]
       summaries += [scalar_summary.scalar_pb(metric, row[metric])

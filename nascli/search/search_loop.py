@@ -5,6 +5,10 @@ attempts through an executor (processes on this machine, or Ray tasks on a clust
 any to end, records the outcome and feeds the reward back. Resume = replay the journal:
 completed trials stay, interrupted ones run again with their architecture, the controller is
 rebuilt. An attempt lost with its machine is journaled and retried, up to `max_trial_retries`.
+
+The job dir may be a gs:// URL: the journal is then one object per event, the trials run in a
+local staging folder and each trial folder is uploaded before its outcome is journaled (see
+workspace.py); derived outputs are written to the bucket, one complete object each.
 """
 
 import dataclasses
@@ -17,11 +21,13 @@ from rich.console import Console
 from rich.live import Live
 from rich.table import Table
 
+from nascli import storage
 from nascli.errors import NascliError
 from nascli.search import controller as controller_lib
 from nascli.search import executors
 from nascli.search import journal as journal_lib
 from nascli.search import reward as reward_lib
+from nascli.search import workspace as workspace_lib
 from nascli.search.trial import TrialSpec
 
 stderr = Console(stderr=True)
@@ -89,7 +95,10 @@ class SearchLoop:
     # Settings errors surface before anything is written: a job dir recorded with a bad setting
     # would refuse the corrected command as "other settings".
     controller_lib.make_algorithm(args.search_algorithm, args.seed, **args.algorithm_options)
-    self.journal = journal_lib.Journal.in_dir(args.job_dir)
+    self.journal = journal_lib.journal_for(args.job_dir)
+    self.workspace = workspace_lib.for_job_dir(args.job_dir)
+    self.work_dir = self.workspace.work_dir  # where trial folders are written
+    self._hparams_written: set[str] = set()
     from nascli.search import results  # pylint: disable=g-import-not-at-top
     # Every candidate of every decision, so TensorBoard's HParams view hides no trial.
     self.decision_domains = results.decision_domains(self.space)
@@ -97,7 +106,7 @@ class SearchLoop:
   def _spec(self, proposal: journal_lib.Proposal) -> TrialSpec:
     a = self.args
     return TrialSpec(
-        job_dir=os.path.abspath(a.job_dir), trial_id=proposal.trial_id,
+        job_dir=os.path.abspath(self.work_dir), trial_id=proposal.trial_id,
         search_space=self.space_name, nas_params=proposal.nas_params, experiment=a.experiment,
         config_files=[os.path.abspath(p) for p in a.config_files],
         params_override=a.params_override, training_data_path=a.training_data_path,
@@ -107,14 +116,14 @@ class SearchLoop:
 
   def _start(self, state: journal_lib.JobState, trial_id: str, slot: Any) -> _Running:
     proposal = state.proposals[trial_id]
-    trial_dir = os.path.join(self.args.job_dir, trial_id)
+    trial_dir = os.path.join(self.work_dir, trial_id)
     os.makedirs(trial_dir, exist_ok=True)
     spec_path = os.path.join(trial_dir, "trial_spec.json")
-    with open(spec_path, "w", encoding="utf-8") as f:
-      json.dump(dataclasses.asdict(self._spec(proposal)), f, indent=2)
+    storage.write_text(spec_path, json.dumps(dataclasses.asdict(self._spec(proposal)), indent=2))
     stale = os.path.join(trial_dir, "job_status.json")
     if os.path.exists(stale):
       os.remove(stale)  # From an interrupted attempt: this attempt writes its own.
+    self.workspace.attempt_starting(trial_id)
     handle = self.executor.start(spec_path, trial_dir, slot)
     self.journal.append({"event": "started", "trial_id": trial_id,
                          "attempt": state.attempts.get(trial_id, 0) + 1})
@@ -131,12 +140,12 @@ class SearchLoop:
       if lost <= self.args.max_trial_retries:
         stderr.print(f"trial {run.trial_id}: attempt lost ({outcome.lost[:200]}); retrying")
         return True
-      self.journal.append({"event": "failed", "trial_id": run.trial_id,
-                           "status": journal_lib.FAILED,
-                           "reason": f"lost {lost} attempts (--max_trial_retries"
-                                     f" {self.args.max_trial_retries}): {outcome.lost}"[:500]})
+      self._record(run.trial_id, {
+          "event": "failed", "trial_id": run.trial_id, "status": journal_lib.FAILED,
+          "reason": f"lost {lost} attempts (--max_trial_retries"
+                    f" {self.args.max_trial_retries}): {outcome.lost}"[:500]})
       return False
-    trial_dir = os.path.join(self.args.job_dir, run.trial_id)
+    trial_dir = os.path.join(self.work_dir, run.trial_id)
     from tf_vision import job_status  # pylint: disable=g-import-not-at-top
     status = job_status.read(trial_dir) or {}
     analysis_path = os.path.join(trial_dir, "model_analysis.json")
@@ -146,8 +155,8 @@ class SearchLoop:
         analysis = json.load(f)
       metrics = {k: analysis.get(k) for k in ("accuracy", "latency_ms", "flops", "params",
                                                "seconds")}
-      self.journal.append({"event": "completed", "trial_id": run.trial_id,
-                           "reward": analysis["reward"], "metrics": metrics})
+      self._record(run.trial_id, {"event": "completed", "trial_id": run.trial_id,
+                                  "reward": analysis["reward"], "metrics": metrics})
       ctl.feedback(state.proposals[run.trial_id].dna, analysis["reward"])
       return False
     else:
@@ -155,9 +164,18 @@ class SearchLoop:
           journal_lib.FAILED)
       reason = (status.get("reason") or outcome.error
                 or f"trial process exited with code {outcome.returncode}")
-      self.journal.append({"event": "failed", "trial_id": run.trial_id, "status": kind,
-                           "reason": reason[:500]})
+      self._record(run.trial_id, {"event": "failed", "trial_id": run.trial_id, "status": kind,
+                                  "reason": reason[:500]})
     return False
+
+  def _record(self, trial_id: str, event: dict[str, Any]) -> None:
+    """Journals a trial's outcome once its folder is in the job dir (for gs://, uploaded, its
+    marker last), so the journal never names files that are not there; a driver that another
+    one has displaced stops before uploading anything."""
+    self.journal.check_writer()
+    self.workspace.publish(trial_id)
+    self.journal.append(event)
+    self.workspace.recorded(trial_id)
 
   def _table(self, state: journal_lib.JobState, running: dict[str, _Running]) -> Table:
     best = state.best()
@@ -184,13 +202,14 @@ class SearchLoop:
 
   def _run(self) -> journal_lib.JobState:
     a = self.args
-    os.makedirs(a.job_dir, exist_ok=True)
+    os.makedirs(self.work_dir, exist_ok=True)
     # pylint: disable=g-import-not-at-top
     from nascli.search import results
     with self.journal.open_for_writing():
       journal_lib.check_settings(a.job_dir, a.settings(), a.overwrite, journal=self.journal,
                                  mutable_keys=MUTABLE)
       events = self.journal.events()
+      self.workspace.prepare(events)
       ctl = controller_lib.Controller.rebuild(self.space, a.search_algorithm, a.seed, events,
                                               **a.algorithm_options)
       state = journal_lib.replay(events)
@@ -241,7 +260,7 @@ class SearchLoop:
             if self._finish(run, outcome, ctl, state):
               queue.insert(0, trial_id)
             state = journal_lib.replay(self.journal.events())
-            results.update_all(a.job_dir, state, self.decision_domains)
+            results.update_all(a.job_dir, state, self.decision_domains, self._hparams_written)
             if not stderr.is_terminal:
               stderr.print(_trial_line(state, trial_id))
           live.update(self._table(state, running))

@@ -15,6 +15,7 @@ import time
 import traceback
 from typing import Any
 
+from nascli import storage
 from nascli.errors import NascliError
 
 
@@ -77,11 +78,8 @@ def backbone_override(binding: SpaceBinding, block_specs: list[dict]) -> dict[st
 
 
 def _write_json(path: str, data: dict) -> None:
-  with open(path + ".tmp", "w", encoding="utf-8") as f:
-    json.dump(data, f, indent=2)
-    f.flush()
-    os.fsync(f.fileno())
-  os.replace(path + ".tmp", path)
+  """Whole or not at all: the driver reads these files when the trial process ends."""
+  storage.write_text(path, json.dumps(data, indent=2))
 
 
 def model_size(model, input_size: list[int]) -> tuple[int | None, int | None]:

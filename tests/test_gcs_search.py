@@ -1,0 +1,390 @@
+"""Search job dirs on gs://, against the GCS emulator: search_in_local with its job dir in a
+bucket (journal objects, trial folders, results), list_trials and stage-2 train from it, resume
+after SIGKILL, the create-only journal that stops a second driver, and settings refused."""
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from conftest import journal_events, nascli_subprocess
+from nascli import storage
+from nascli.errors import InputError, OutputError
+from nascli.search import journal as journal_lib
+from nascli.search import results, workspace
+from nascli.search.journal import GcsJournal
+
+SHORT = "trainer.train_steps=20,trainer.steps_per_loop=10,trainer.checkpoint_interval=10"
+# Fields of an event that differ between two runs of the same search.
+VOLATILE = ("time", "reward", "metrics")
+
+
+@pytest.fixture(scope="module")
+def cache(tmp_path_factory):
+  return str(tmp_path_factory.mktemp("nascli_cache"))
+
+
+def _search_args(job, *extra, seed=7):
+  return ["search_in_local", "--prebuilt_search_space", "mnasnet", "--local_output_dir", str(job),
+          "--seed", str(seed), "--target_device_latency_ms", "2", "--params_override", SHORT,
+          *extra]
+
+
+def _entries(job):
+  return storage.list_names(storage.join(job, "journal"))
+
+
+def _stable(event):
+  return {k: v for k, v in event.items() if k not in VOLATILE}
+
+
+def _layout(names):
+  """Object or file names with what differs per run (event file stamps) blanked out."""
+  return sorted(re.sub(r"events\.out\.tfevents\..*", "events.out.tfevents.*", n) for n in names)
+
+
+def _trial_layout(names, trial_id):
+  return _layout(n[len(trial_id) + 1:] for n in names if n.startswith(f"{trial_id}/"))
+
+
+def _generations(prefix):
+  """{name: (generation, md5)} of every object under a prefix: any rewrite changes it."""
+  g = storage.parse_gcs(prefix)
+  return {b.name: (b.generation, b.md5_hash)
+          for b in storage.client().list_blobs(g.bucket, prefix=g.name + "/")}
+
+
+@pytest.fixture(scope="module")
+def searched(gcs_emulator, cache, tmp_path_factory):
+  """One 2-trial search into gs://, and a local 1-trial search of the same settings to compare."""
+  job = f"gs://{gcs_emulator.bucket}/search-{os.urandom(4).hex()}/job"
+  env = {"NASCLI_CACHE_DIR": cache}
+  proc = nascli_subprocess(*_search_args(job, "--max_nas_trial", "2", "--json"), env=env)
+  assert proc.returncode == 0, proc.stderr[-3000:]
+  local = tmp_path_factory.mktemp("local") / "job"
+  ref = nascli_subprocess(*_search_args(local, "--max_nas_trial", "1"), env=env)
+  assert ref.returncode == 0, ref.stderr[-3000:]
+  return job, json.loads(proc.stdout), local
+
+
+def test_search_journals_one_object_per_event(searched):
+  job, _, local = searched
+  local_events = journal_events(local)
+  events = GcsJournal(job).events()
+  assert _entries(job) == [f"{seq:010d}.json" for seq in range(1, len(events) + 1)]
+  assert [e["seq"] for e in events] == list(range(1, 8))
+  for seq, event in enumerate(events, 1):  # each object holds exactly its event
+    assert json.loads(storage.read_text(GcsJournal(job).entry(seq))) == event
+  assert [(e["event"], e.get("trial_id")) for e in events] == [
+      ("search_started", None), ("proposed", "1"), ("started", "1"), ("completed", "1"),
+      ("proposed", "2"), ("started", "2"), ("completed", "2")]
+  # The same events a local run of the same search journals (it stopped after trial 1).
+  assert [_stable(e) for e in events[1:4]] == [_stable(e) for e in local_events[1:4]]
+  started, local_started = events[0], local_events[0]
+  assert started["fingerprint"] == local_started["fingerprint"]  # same settings, same search
+  assert started["settings"] == {**local_started["settings"], "max_nas_trial": 2}
+
+
+def test_trial_folders_are_uploaded_whole(searched, cache, monkeypatch):
+  job, rows, local = searched
+  names = storage.list_names(job)
+  local_trial = _layout(storage.list_names(local / "1"))
+  assert "model_analysis.json" in local_trial and "checkpoint" in local_trial
+  for trial_id in ("1", "2"):
+    # Every file a local run's trial folder holds, nothing else (no temporary files).
+    assert _trial_layout(names, trial_id) == local_trial
+    status = json.loads(storage.read_text(storage.join(job, trial_id, "job_status.json")))
+    assert status["status"] == "completed"
+  analysis = json.loads(storage.read_text(storage.join(job, "1", "model_analysis.json")))
+  assert analysis["reward"] == rows[0]["reward"] and analysis["trial_id"] == "1"
+  assert storage.read_text(storage.join(job, "1", "nas_params_str.json")) == (
+      (local / "1" / "nas_params_str.json").read_text())
+  # The staging copy is emptied as trials are recorded.
+  monkeypatch.setenv("NASCLI_CACHE_DIR", cache)
+  staging = journal_lib.staging_dir(job)
+  assert os.path.isdir(staging) and not [n for n in os.listdir(staging) if n.isdigit()]
+  assert staging.startswith(cache)
+
+
+def test_results_and_list_trials_read_from_gcs(searched):
+  job, rows, _ = searched
+  table = json.loads(storage.read_text(storage.join(job, "trials.json")))
+  assert table == rows and [r["trial_id"] for r in rows] == ["1", "2"]
+  assert all(r["status"] == "completed" and r["trial_dir"] == f"{job}/{r['trial_id']}"
+             for r in rows)
+  csv_lines = storage.read_text(storage.join(job, "trials.csv")).splitlines()
+  assert csv_lines[0].startswith("trial_id,status,reward") and len(csv_lines) == 3
+  png = storage.read_bytes(storage.join(job, "search_progress.png"))
+  assert png[:8] == b"\x89PNG\r\n\x1a\n" and len(png) > 5000
+  names = storage.list_names(storage.join(job, "hparams"))
+  assert [n.split("/")[0] for n in names if "/" in n] == ["trial-0001", "trial-0002"]
+  assert len([n for n in names if "/" not in n]) == 1  # the experiment config, once
+  listed = nascli_subprocess("list_trials", job, "--json")
+  assert listed.returncode == 0, listed.stderr
+  assert json.loads(listed.stdout) == results.sort_by_reward(table)
+  shown = nascli_subprocess("list_trials", job)
+  assert shown.returncode == 0 and shown.stdout.startswith(f"{job}: 2 completed")
+  ids = [line.split()[1] for line in shown.stdout.splitlines() if line.startswith("│")]
+  assert ids == [r["trial_id"] for r in results.sort_by_reward(table)]
+
+
+def test_stage2_retrains_a_trial_of_the_gcs_job(searched, cache, tmp_path):
+  job, rows, _ = searched
+  best = max(rows, key=lambda r: r["reward"])["trial_id"]
+  retrain = nascli_subprocess(
+      "train", "--search_job_dir", job, "--train_nas_trial_numbers", best,
+      "--retrain_use_search_job_checkpoint", "--model_dir", tmp_path / "stage2",
+      "--dataset_dir", os.path.join(cache, "data", "digits-image_size32"), "--config_file",
+      "tf_vision/test_files/fast_nas_classification_search_for_testing.yaml",
+      "--params_override", "trainer.train_steps=10,trainer.steps_per_loop=5", "--json",
+      env={"NASCLI_CACHE_DIR": cache})
+  assert retrain.returncode == 0, retrain.stderr[-2000:]
+  assert json.loads(retrain.stdout)[0]["step"] == 10
+  saved = (tmp_path / "stage2" / best / "params.yaml").read_text()
+  assert re.search(rf"init_checkpoint: \S+/{best}/ckpt-20\n", saved), saved
+  chosen = json.loads(storage.read_text(storage.join(job, best, "nas_params_str.json")))
+  assert chosen == rows[int(best) - 1]["nas_params"]
+
+
+def test_job_of_other_settings_is_refused_and_untouched(searched, cli, cache, monkeypatch):
+  job, _, _ = searched
+  before = _generations(job)
+  monkeypatch.setenv("NASCLI_CACHE_DIR", cache)
+  code, stdout, stderr = cli(*_search_args(job, "--max_nas_trial", "2", seed=8))
+  lines = stderr.strip().splitlines()
+  assert code == 1 and len(lines) == 1 and stdout == "", stderr
+  assert "other settings" in lines[0] and "seed 7 -> 8" in lines[0] and "--overwrite" in lines[0]
+  assert _generations(job) == before
+
+
+def test_killed_search_resumes_from_the_gcs_journal(gcs_prefix, cache, monkeypatch):
+  job = storage.join(gcs_prefix, "job")
+  args = [sys.executable, "-m", "nascli", *_search_args(job, "--max_nas_trial", "2")]
+  monkeypatch.setenv("NASCLI_CACHE_DIR", cache)
+  env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")
+  driver = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
+  deadline = time.monotonic() + 600
+  while time.monotonic() < deadline and driver.poll() is None:
+    if len(_entries(job)) >= 6:  # search_started, 3 events of trial 1, proposed 2, started 2
+      time.sleep(3)  # trial 2 is running
+      break
+    time.sleep(0.5)
+  driver.send_signal(signal.SIGKILL)
+  driver.wait()
+  before = GcsJournal(job).events()
+  assert [(e["event"], e.get("trial_id")) for e in before[-3:]] == [
+      ("completed", "1"), ("proposed", "2"), ("started", "2")]
+  # Nothing of the interrupted trial is in the bucket: it is uploaded only once it ends.
+  assert storage.list_names(storage.join(job, "2")) == []
+  assert os.path.isdir(os.path.join(journal_lib.staging_dir(job), "2"))
+  interrupted_dna = before[4]["dna"]
+
+  resumed = subprocess.run(args + ["--json"], capture_output=True, text=True, env=env,
+                           timeout=900, check=False)
+  assert resumed.returncode == 0, resumed.stderr[-2000:]
+  assert "re-running interrupted trial(s) 2" in resumed.stderr
+  assert [r["trial_id"] for r in json.loads(resumed.stdout)] == ["1", "2"]
+  events = GcsJournal(job).events()
+  assert events[:len(before)] == before  # the killed driver's entries, untouched
+  assert _entries(job) == [f"{seq:010d}.json" for seq in range(1, len(events) + 1)]
+  proposed = [e for e in events if e["event"] == "proposed"]
+  assert [e["trial_id"] for e in proposed] == ["1", "2"]  # no duplicate ids
+  assert proposed[1]["dna"] == interrupted_dna
+  assert [e["trial_id"] for e in events if e["event"] == "completed"] == ["1", "2"]
+  assert [e["attempt"] for e in events
+          if e["event"] == "started" and e["trial_id"] == "2"] == [1, 2]
+  # No partial or leftover object: both trial folders alike and complete, every JSON whole.
+  names = storage.list_names(job)
+  assert not [n for n in names if n.endswith(".tmp")]
+  assert _trial_layout(names, "1") == _trial_layout(names, "2")
+  for name in names:
+    if name.endswith(".json"):
+      json.loads(storage.read_text(storage.join(job, name)))
+  assert len(json.loads(storage.read_text(storage.join(job, "trials.json")))) == 2
+
+
+RIVAL = {"seq": 3, "time": "2026-01-01T00:00:00.000Z", "event": "note", "by": "another driver"}
+
+
+def test_second_driver_is_stopped_by_the_create_only_journal(cli, gcs_prefix, cache,
+                                                             monkeypatch):
+  """Another driver appends entry 3 while this one starts its first trial: this one's append
+  of entry 3 fails, with one line, and overwrites nothing."""
+  from nascli.search import executors  # pylint: disable=g-import-not-at-top
+  job = storage.join(gcs_prefix, "job")
+  rival = json.dumps(RIVAL)
+
+  def rival_appends_first(self, spec_path, trial_dir, slot):
+    del self, spec_path, trial_dir, slot
+    storage.create_text(GcsJournal(job).entry(3), rival)
+
+  monkeypatch.setattr(executors.LocalExecutor, "start", rival_appends_first)
+  monkeypatch.setenv("NASCLI_CACHE_DIR", cache)
+  code, stdout, stderr = cli(*_search_args(job, "--max_nas_trial", "1"))
+  lines = stderr.strip().splitlines()
+  assert code == 1 and len(lines) == 1 and stdout == "", stderr
+  assert lines[0] == (f"Error: {job}/journal/0000000003.json already exists: another search"
+                      f" appended to {job} after this one read its journal; this one stops"
+                      " (nothing overwritten)")
+  assert storage.read_text(GcsJournal(job).entry(3)) == rival
+  assert [e["event"] for e in GcsJournal(job).events()] == ["search_started", "proposed", "note"]
+  assert storage.list_names(job, recursive=False) == ["journal/"]  # no trial, no results
+
+
+@pytest.fixture
+def failing_trials(monkeypatch, cache):
+  """Trial processes that fail at once: the executor writes what a failed trial leaves (its
+  log and job_status.json) instead of starting one; the loop, journal and storage are real."""
+  from nascli.search import executors  # pylint: disable=g-import-not-at-top
+
+  def fail_at_once(self, spec_path, trial_dir, slot):
+    del self, spec_path, slot
+    storage.write_text(os.path.join(trial_dir, "trial.log"), "Error: simulated\n")
+    storage.write_text(os.path.join(trial_dir, "job_status.json"),
+                       json.dumps({"status": "failed", "reason": "simulated"}))
+    return "handle"
+
+  monkeypatch.setattr(executors.LocalExecutor, "start", fail_at_once)
+  monkeypatch.setattr(executors.LocalExecutor, "poll", lambda self, h: executors.Outcome(1))
+  monkeypatch.setenv("NASCLI_CACHE_DIR", cache)
+
+
+def test_outcome_is_journaled_after_the_trial_folder_is_up(cli, gcs_prefix, failing_trials,
+                                                          monkeypatch):
+  """The trial folder is in the bucket, marker last, before the journal says `failed`; the
+  local copy is gone after."""
+  job = storage.join(gcs_prefix, "job")
+  journal_at_upload = {}
+  real_upload = storage.upload_file
+
+  def upload(src, dest):
+    journal_at_upload[dest.rsplit("/", 1)[1]] = [
+        e["event"] for e in GcsJournal(job).events()]
+    real_upload(src, dest)
+
+  monkeypatch.setattr(storage, "upload_file", upload)
+  code, stdout, stderr = cli(*_search_args(job, "--max_nas_trial", "1", "--json"))
+  assert code == 0, stderr
+  assert [(r["trial_id"], r["status"]) for r in json.loads(stdout)] == [("1", "failed")]
+  assert list(journal_at_upload)[-1] == "job_status.json"  # the marker last
+  assert journal_at_upload["job_status.json"] == ["search_started", "proposed", "started"]
+  assert GcsJournal(job).events()[-1]["reason"] == "simulated"
+  assert storage.list_names(storage.join(job, "1")) == [
+      "job_status.json", "trial.log", "trial_spec.json"]
+  assert not os.path.exists(os.path.join(journal_lib.staging_dir(job), "1"))
+
+
+def test_overwrite_starts_a_gcs_job_over(cli, gcs_prefix, failing_trials):
+  job = storage.join(gcs_prefix, "job")
+  assert cli(*_search_args(job, "--max_nas_trial", "1"))[0] == 0
+  storage.write_text(storage.join(job, "1", "left-by-the-old-search.txt"), "x")
+  storage.write_text(storage.join(job, "notes.txt"), "mine")
+  code, _, stderr = cli(*_search_args(job, "--max_nas_trial", "1", "--overwrite", seed=8))
+  assert code == 0, stderr
+  events = GcsJournal(job).events()
+  assert events[0]["settings"]["seed"] == 8 and [e["seq"] for e in events] == [1, 2, 3, 4]
+  assert storage.list_names(job, recursive=False) == [
+      "1/", "hparams/", "journal/", "notes.txt", "search_progress.png", "trials.csv",
+      "trials.json"]
+  assert storage.list_names(storage.join(job, "1")) == [
+      "job_status.json", "trial.log", "trial_spec.json"]
+
+
+def test_gcs_journal_is_create_only_and_checks_its_entries(gcs_prefix, monkeypatch):
+  job = storage.join(gcs_prefix, "job")
+  j = GcsJournal(job)
+  with j.open_for_writing():
+    assert j.append({"event": "search_started", "settings": {}})["seq"] == 1
+    # A retried upload whose first attempt landed finds its own bytes: not a rival.
+    monkeypatch.setattr(journal_lib, "_now", lambda: "2026-01-01T00:00:00.000Z")
+    storage.create_text(j.entry(2), '{"seq":2,"time":"2026-01-01T00:00:00.000Z","event":"a"}\n')
+    assert j.append({"event": "a"})["seq"] == 2
+    j.check_writer()  # nobody else wrote
+    storage.create_text(j.entry(3), json.dumps(RIVAL))
+    with pytest.raises(OutputError, match="0000000003.json already exists"):
+      j.check_writer()
+    with pytest.raises(OutputError, match="0000000003.json already exists"):
+      j.append({"event": "b"})
+  assert [e["event"] for e in GcsJournal(job).events()] == ["search_started", "a", "note"]
+  with pytest.raises(OutputError, match="another search is running"):
+    with j.open_for_writing(), GcsJournal(job).open_for_writing():
+      pass
+  # A gap, or an object that is not an event, is named in one line.
+  storage.delete(j.entry(2))
+  with pytest.raises(InputError, match=r"journal/0000000002\.json is missing"):
+    GcsJournal(job).events()
+  storage.write_text(j.entry(2), "{not json")
+  with pytest.raises(InputError, match=r"journal/0000000002\.json is not JSON"):
+    GcsJournal(job).events()
+  storage.write_text(j.entry(2), '{"seq": 5, "event": "a"}')
+  with pytest.raises(InputError, match=r"0000000002\.json has seq 5 where 2 was expected"):
+    GcsJournal(job).events()
+  # --overwrite deletes every entry, even of a damaged journal.
+  with j.open_for_writing():
+    j.delete()
+    assert j.append({"event": "search_started", "settings": {}})["seq"] == 1
+  assert _entries(job) == ["0000000001.json"]
+
+
+def test_list_trials_names_a_damaged_gcs_journal(cli, gcs_prefix):
+  job = storage.join(gcs_prefix, "job")
+  code, _, stderr = cli("list_trials", job)
+  assert code == 1 and stderr == f"Error: {job} is not a nascli search job (no journal/)\n"
+  storage.write_text(GcsJournal(job).entry(1), '{"seq": 1, "event": "search_started"}')
+  storage.write_text(GcsJournal(job).entry(3), '{"seq": 3, "event": "note"}')
+  code, _, stderr = cli("list_trials", job)
+  assert code == 1 and stderr.count("\n") == 1 and "journal/0000000002.json is missing" in stderr
+
+
+def test_publish_uploads_the_marker_last_and_drops_stale_objects(gcs_prefix, tmp_path,
+                                                                 monkeypatch):
+  monkeypatch.setenv("NASCLI_CACHE_DIR", str(tmp_path / "cache"))
+  job = storage.join(gcs_prefix, "job")
+  ws = workspace.for_job_dir(job)
+  local = os.path.join(ws.work_dir, "4")
+  files = {"job_status.json": "{}", "model_analysis.json": "{}", "checkpoint": "ckpt-2",
+           "ckpt-2.index": "i", "zz.txt": "z", "train/events.out.tfevents.1.x": "e",
+           ".params.yaml.1a2b.tmp": "half"}
+  for name, text in files.items():
+    storage.write_text(os.path.join(local, name), text)
+  # An earlier attempt's objects: its marker goes when the attempt starts, the rest on publish.
+  storage.write_text(storage.join(job, "4", "job_status.json"), '{"status": "completed"}')
+  storage.write_text(storage.join(job, "4", "ckpt-1.index"), "old")
+  ws.attempt_starting("4")
+  assert storage.list_names(storage.join(job, "4")) == ["ckpt-1.index"]
+  uploaded = []
+  real_upload = storage.upload_file
+  monkeypatch.setattr(storage, "upload_file",
+                      lambda src, dest: uploaded.append(dest) or real_upload(src, dest))
+  ws.publish("4")
+  assert [u.rsplit("/4/", 1)[1] for u in uploaded[-3:]] == [
+      "checkpoint", "model_analysis.json", "job_status.json"]
+  assert storage.list_names(storage.join(job, "4")) == sorted(
+      n for n in files if not n.endswith(".tmp"))
+  ws.recorded("4")
+  assert not os.path.exists(local)
+
+
+def test_staging_of_another_search_is_not_resumed(gcs_prefix, tmp_path, monkeypatch):
+  monkeypatch.setenv("NASCLI_CACHE_DIR", str(tmp_path / "cache"))
+  ws = workspace.for_job_dir(storage.join(gcs_prefix, "job"))
+  first = [{"seq": 1, "event": "search_started", "time": "t1", "fingerprint": "f"}]
+  os.makedirs(os.path.join(ws.work_dir, "2"))
+  ws.prepare(first)  # no record of which search it was: cleared
+  assert not os.path.exists(os.path.join(ws.work_dir, "2"))
+  os.makedirs(os.path.join(ws.work_dir, "2"))
+  ws.prepare(first)  # the same search: an interrupted trial's checkpoints are kept
+  assert os.path.isdir(os.path.join(ws.work_dir, "2"))
+  ws.prepare([{**first[0], "time": "t2"}])  # started over (--overwrite): cleared
+  assert not os.path.exists(os.path.join(ws.work_dir, "2"))
+
+
+def test_unsupported_job_dir_scheme_is_one_line(cli):
+  code, _, stderr = cli("list_trials", "s3://bucket/job")
+  assert code == 1 and stderr == (
+      "Error: s3://bucket/job: a search job dir is a local folder or a gs://BUCKET/PREFIX URL\n")
