@@ -58,16 +58,10 @@ def evaluate(args: EvalArgs) -> dict:
   if not model_dir:
     raise NascliError("give --model_dir (or --checkpoint_path inside a model dir)")
   remote_dir = model_dir.rstrip("/") if storage.is_gcs(model_dir) else None
-  checkpoint_path = args.checkpoint_path
-  if remote_dir:
-    # A gs:// model dir is read from its staged local copy (nascli reads params.yaml and the
-    # run info with local file calls; re-staging fetches only changed objects).
-    model_dir = storage.stage(remote_dir)
-    if checkpoint_path and storage.is_gcs(checkpoint_path):
-      if not checkpoint_path.startswith(remote_dir + "/"):
-        raise NascliError(f"--checkpoint_path {checkpoint_path} is not inside --model_dir"
-                          f" {remote_dir}")
-      checkpoint_path = os.path.join(model_dir, checkpoint_path[len(remote_dir) + 1:])
+  # A gs:// model dir is read from its staged local copy (nascli reads params.yaml and the run
+  # info with local file calls; re-staging fetches only changed objects).
+  model_dir, checkpoint_path = storage.stage_with_member(
+      model_dir, args.checkpoint_path, "--model_dir", "--checkpoint_path")
   params = model_dir_lib.load_params(model_dir, args.experiment)
   checkpoint = eval_lib.resolve_checkpoint(model_dir, checkpoint_path)
   override: dict = {"runtime": {"distribution_strategy": "one_device"}}

@@ -40,17 +40,10 @@ def _image_size(text: str | None) -> list[int] | None:
 def export(args: ExportArgs) -> dict:
   # pylint: disable=g-import-not-at-top
   from tf_vision import eval_lib, model_dir as model_dir_lib
-  model_dir, checkpoint_path = args.model_dir, args.checkpoint_path
-  export_dir = args.export_dir or storage.join(model_dir, "export", args.input_type)
-  if storage.is_gcs(model_dir):
-    # Read from the staged local copy (see nascli.evaluation).
-    remote_dir = model_dir.rstrip("/")
-    model_dir = storage.stage(remote_dir)
-    if checkpoint_path and storage.is_gcs(checkpoint_path):
-      if not checkpoint_path.startswith(remote_dir + "/"):
-        raise NascliError(f"--checkpoint_path {checkpoint_path} is not inside --model_dir"
-                          f" {remote_dir}")
-      checkpoint_path = os.path.join(model_dir, checkpoint_path[len(remote_dir) + 1:])
+  export_dir = args.export_dir or storage.join(args.model_dir, "export", args.input_type)
+  # A gs:// model dir is read from its staged local copy (see nascli.evaluation).
+  model_dir, checkpoint_path = storage.stage_with_member(
+      args.model_dir, args.checkpoint_path, "--model_dir", "--checkpoint_path")
   params = model_dir_lib.load_params(model_dir, args.experiment)
   checkpoint = eval_lib.resolve_checkpoint(model_dir, checkpoint_path)
   if storage.is_gcs(export_dir):

@@ -549,6 +549,21 @@ def default_cache_root() -> Path:
   return Path(os.environ.get("NASCLI_CACHE_DIR", Path.home() / ".cache" / "nascli")) / "gcs"
 
 
+def stage_with_member(folder: str, member: str | None, folder_flag: str,
+                      member_flag: str) -> tuple[str, str | None]:
+  """A gs:// folder staged locally (stage), and a gs:// path inside it (a checkpoint in a model
+  dir) mapped into that copy; local folders and paths come back as they are."""
+  if not is_gcs(folder):
+    return folder, member
+  remote = folder.rstrip("/")
+  local = stage(remote)
+  if member and is_gcs(member):
+    if not member.startswith(remote + "/"):
+      raise InputError(f"{member_flag} {member} is not inside {folder_flag} {remote}")
+    member = os.path.join(local, member[len(remote) + 1:])
+  return local, member
+
+
 def stage(path: PathLike, cache_root: PathLike | None = None) -> str:
   """A local path with the content of `path`: local paths as they are; a gs:// object or prefix
   is downloaded into the cache (`$NASCLI_CACHE_DIR/gcs/BUCKET/NAME`) and kept in sync with it.

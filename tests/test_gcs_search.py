@@ -5,9 +5,11 @@ after SIGKILL, the create-only journal that stops a second driver, and settings 
 import json
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 
 import pytest
@@ -219,8 +221,8 @@ def test_second_driver_is_stopped_by_the_create_only_journal(cli, gcs_prefix, ca
   job = storage.join(gcs_prefix, "job")
   rival = json.dumps(RIVAL)
 
-  def rival_appends_first(self, spec_path, trial_dir, slot):
-    del self, spec_path, trial_dir, slot
+  def rival_appends_first(self, spec_path, trial_dir, slot, publish_to=None):
+    del self, spec_path, trial_dir, slot, publish_to
     storage.create_text(GcsJournal(job).entry(3), rival)
 
   monkeypatch.setattr(executors.LocalExecutor, "start", rival_appends_first)
@@ -242,8 +244,8 @@ def failing_trials(monkeypatch, cache):
   log and job_status.json) instead of starting one; the loop, journal and storage are real."""
   from nascli.search import executors  # pylint: disable=g-import-not-at-top
 
-  def fail_at_once(self, spec_path, trial_dir, slot):
-    del self, spec_path, slot
+  def fail_at_once(self, spec_path, trial_dir, slot, publish_to=None):
+    del self, spec_path, slot, publish_to
     storage.write_text(os.path.join(trial_dir, "trial.log"), "Error: simulated\n")
     storage.write_text(os.path.join(trial_dir, "job_status.json"),
                        json.dumps({"status": "failed", "reason": "simulated"}))
@@ -388,3 +390,42 @@ def test_unsupported_job_dir_scheme_is_one_line(cli):
   code, _, stderr = cli("list_trials", "s3://bucket/job")
   assert code == 1 and stderr == (
       "Error: s3://bucket/job: a search job dir is a local folder or a gs://BUCKET/PREFIX URL\n")
+
+
+def test_ray_trials_run_on_their_node_and_upload_their_own_folders(searched, cache, tmp_path):
+  """`nascli search` with a gs:// job dir: each Ray task carries its spec and config files,
+  runs the trial in a temporary folder of its node and uploads the folder itself, so a cluster
+  shares nothing with the driver but the bucket."""
+  pytest.importorskip("ray")
+  _, _, local = searched
+  job = storage.join(searched[0].rsplit("/", 1)[0] + "-ray", "job")
+  ray_dir = tempfile.mkdtemp(prefix="ray", dir="/tmp")  # short: Ray's unix sockets live there
+  try:
+    proc = nascli_subprocess(
+        "search", "--ray_address", "local", "--ray_num_cpus", "2", "--ray_temp_dir", ray_dir,
+        *_search_args(job, "--max_nas_trial", "2", "--max_parallel_nas_trial", "2",
+                      "--json")[1:], env={"NASCLI_CACHE_DIR": cache})
+  finally:
+    shutil.rmtree(ray_dir, ignore_errors=True)
+  assert proc.returncode == 0, proc.stderr[-3000:]
+  rows = json.loads(proc.stdout)
+  assert [(r["trial_id"], r["status"]) for r in rows] == [("1", "completed"), ("2", "completed")]
+  names = storage.list_names(job)
+  staging = journal_lib.staging_dir(job)
+  for trial_id in ("1", "2"):
+    # The same files as a trial of the local search, checkpoints and marker included.
+    assert _trial_layout(names, trial_id) == _trial_layout(
+        [str(p.relative_to(local)) for p in local.rglob("*") if p.is_file()], "1")
+    spec = json.loads(storage.read_text(storage.join(job, trial_id, "trial_spec.json")))
+    # It ran in the node's temporary folder, from the config files the task carried.
+    assert os.path.basename(spec["job_dir"]).startswith("nascli-trial-")
+    assert not spec["job_dir"].startswith(staging)
+    assert spec["config_files"] and all(
+        c.startswith(os.path.join(spec["job_dir"], "configs", "")) for c in spec["config_files"])
+    assert not os.path.exists(spec["job_dir"])  # and the node cleaned up after it
+  events = GcsJournal(job).events()
+  assert [e["seq"] for e in events] == list(range(1, len(events) + 1))
+  assert sorted(e["trial_id"] for e in events if e["event"] == "completed") == ["1", "2"]
+  listed = nascli_subprocess("list_trials", job, "--json")
+  assert sorted(r["reward"] for r in json.loads(listed.stdout)) == sorted(
+      r["reward"] for r in rows)

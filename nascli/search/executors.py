@@ -21,6 +21,7 @@ class Outcome:
   returncode: int | None = None
   error: str | None = None  # the attempt could not run (the trial is failed with this reason)
   lost: str | None = None  # the worker or node died under it (the trial is retried)
+  published: bool = False  # the attempt uploaded its own trial folder to the job dir
 
 
 def die_with_parent() -> None:
@@ -67,8 +68,10 @@ class Executor(abc.ABC):
     """One token per attempt that may run at once (a GPU id, or None)."""
 
   @abc.abstractmethod
-  def start(self, spec_path: str, trial_dir: str, slot: Any) -> Any:
-    """Starts an attempt; returns its handle."""
+  def start(self, spec_path: str, trial_dir: str, slot: Any,
+            publish_to: str | None = None) -> Any:
+    """Starts an attempt; returns its handle. `publish_to`: the trial's folder in a gs:// job
+    dir, for an executor whose trials run where the driver's staging folder is not."""
 
   @abc.abstractmethod
   def poll(self, handle: Any) -> Outcome | None:
@@ -92,7 +95,9 @@ class LocalExecutor(Executor):
       self._print(f"note: {len(gpus)} GPU(s): running {len(gpus)} trial(s) at a time")
     return gpus[:max_parallel]
 
-  def start(self, spec_path: str, trial_dir: str, slot: Any) -> subprocess.Popen:
+  def start(self, spec_path: str, trial_dir: str, slot: Any,
+            publish_to: str | None = None) -> subprocess.Popen:
+    del publish_to  # on this machine: the driver's workspace publishes the trial folder
     env = dict(os.environ)
     if slot is not None:
       env["CUDA_VISIBLE_DEVICES"] = slot

@@ -2,13 +2,19 @@
 
 Each attempt is one Ray task that starts `python -m nascli.search.trial SPEC.json` on the node
 Ray picks (with the CPUs/GPUs asked for; Ray sets CUDA_VISIBLE_DEVICES) and returns its exit
-code. The job dir must be on storage every node reaches: the trial writes its own directory
-there, the driver reads it. Ray's own task retries are off: when a worker or node dies, the
+code. A local job dir must be on storage every node reaches: the trial writes its own
+directory there, the driver reads it. With a gs:// job dir nothing needs sharing but the
+bucket: the task carries the trial spec and the config files' text, runs the trial in a
+temporary folder of its node (in the trainer image, with --container_image) and uploads the
+trial folder to the bucket, its marker last, before it returns. Ray's own task retries are off: when a worker or node dies, the
 attempt comes back `lost`, and the search loop journals it and decides on the retry, so every
 retry is on record and a resumed driver knows about it.
 """
 
+import dataclasses
+import json
 import os
+import tempfile
 from typing import Any
 
 from nascli.errors import NascliError
@@ -25,11 +31,51 @@ def _import_ray():
   return ray
 
 
-def run_trial_attempt(spec_path: str, trial_dir: str, cwd: str) -> int:
+def run_trial_attempt(spec_path: str, trial_dir: str, cwd: str,
+                      shipped: dict[str, Any] | None = None) -> int:
   """The Ray task: runs the trial process to its end on this node; returns its exit code."""
+  if shipped is not None:
+    return _run_shipped(shipped, cwd)
   process = executors.start_trial_process(spec_path, trial_dir,
                                           cwd=cwd if os.path.isdir(cwd) else None)
   return process.wait()
+
+
+def _run_shipped(shipped: dict[str, Any], cwd: str) -> int:
+  """A trial whose spec and config files came with the task: run in a temporary job dir on
+  this node, then its folder uploaded to `publish_to` (the same upload as the driver's)."""
+  from nascli import storage  # pylint: disable=g-import-not-at-top
+  from nascli.search import workspace  # pylint: disable=g-import-not-at-top
+  spec = dict(shipped["spec"])
+  with tempfile.TemporaryDirectory(prefix="nascli-trial-") as job:
+    configs = []
+    for index, (name, text) in enumerate(shipped["configs"]):
+      configs.append(os.path.join(job, "configs", f"{index}_{name}"))
+      storage.write_text(configs[-1], text)
+    spec.update(job_dir=job, config_files=configs)
+    trial_dir = os.path.join(job, spec["trial_id"])
+    os.makedirs(trial_dir)
+    spec_path = os.path.join(trial_dir, "trial_spec.json")
+    storage.write_text(spec_path, json.dumps(spec, indent=2))
+    code = executors.start_trial_process(spec_path, trial_dir,
+                                         cwd=cwd if os.path.isdir(cwd) else None).wait()
+    workspace.upload_trial(trial_dir, shipped["publish_to"])
+  return code
+
+
+def ship(spec_path: str, publish_to: str) -> dict[str, Any]:
+  """What a shipped attempt needs from the driver's disk: the spec and its config files' text."""
+  from nascli import storage  # pylint: disable=g-import-not-at-top
+  spec = json.loads(storage.read_text(spec_path))
+  configs = [(os.path.basename(path), storage.read_text(path))
+             for path in spec.get("config_files") or []]
+  return {"spec": spec, "configs": configs, "publish_to": publish_to}
+
+
+@dataclasses.dataclass(frozen=True)
+class _Attempt:
+  ref: Any  # the Ray task's ObjectRef
+  published: bool  # the task uploads the trial folder itself
 
 
 class RayExecutor(executors.Executor):
@@ -74,18 +120,20 @@ class RayExecutor(executors.Executor):
     # holds at once wait in Ray's queue.
     return [None] * max_parallel
 
-  def start(self, spec_path: str, trial_dir: str, slot: Any) -> Any:
+  def start(self, spec_path: str, trial_dir: str, slot: Any,
+            publish_to: str | None = None) -> _Attempt:
     del slot
-    return self._task.remote(os.path.abspath(spec_path), os.path.abspath(trial_dir),
-                             os.getcwd())
+    shipped = ship(spec_path, publish_to) if publish_to else None
+    return _Attempt(self._task.remote(os.path.abspath(spec_path), os.path.abspath(trial_dir),
+                                      os.getcwd(), shipped), shipped is not None)
 
-  def poll(self, handle: Any) -> executors.Outcome | None:
+  def poll(self, handle: _Attempt) -> executors.Outcome | None:
     ray = self._ray
-    ready, _ = ray.wait([handle], timeout=0)
+    ready, _ = ray.wait([handle.ref], timeout=0)
     if not ready:
       return None
     try:
-      return executors.Outcome(returncode=ray.get(handle))
+      return executors.Outcome(returncode=ray.get(handle.ref), published=handle.published)
     except ray.exceptions.RayTaskError as e:
       # The task itself raised (e.g. the job dir is not reachable from that node).
       cause = e.cause if getattr(e, "cause", None) is not None else e

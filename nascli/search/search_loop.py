@@ -124,7 +124,8 @@ class SearchLoop:
     if os.path.exists(stale):
       os.remove(stale)  # From an interrupted attempt: this attempt writes its own.
     self.workspace.attempt_starting(trial_id)
-    handle = self.executor.start(spec_path, trial_dir, slot)
+    handle = self.executor.start(spec_path, trial_dir, slot,
+                                 publish_to=self.workspace.remote_trial_dir(trial_id))
     self.journal.append({"event": "started", "trial_id": trial_id,
                          "attempt": state.attempts.get(trial_id, 0) + 1})
     return _Running(trial_id, handle, slot, time.monotonic())
@@ -146,6 +147,8 @@ class SearchLoop:
                     f" {self.args.max_trial_retries}): {outcome.lost}"[:500]})
       return False
     trial_dir = os.path.join(self.work_dir, run.trial_id)
+    if outcome.published:  # it ran elsewhere and uploaded its folder: read its outcome
+      self.workspace.fetch_outcome(run.trial_id)
     from tf_vision import job_status  # pylint: disable=g-import-not-at-top
     status = job_status.read(trial_dir) or {}
     analysis_path = os.path.join(trial_dir, "model_analysis.json")
@@ -156,7 +159,8 @@ class SearchLoop:
       metrics = {k: analysis.get(k) for k in ("accuracy", "latency_ms", "flops", "params",
                                                "seconds")}
       self._record(run.trial_id, {"event": "completed", "trial_id": run.trial_id,
-                                  "reward": analysis["reward"], "metrics": metrics})
+                                  "reward": analysis["reward"], "metrics": metrics},
+                   published=outcome.published)
       ctl.feedback(state.proposals[run.trial_id].dna, analysis["reward"])
       return False
     else:
@@ -165,15 +169,17 @@ class SearchLoop:
       reason = (status.get("reason") or outcome.error
                 or f"trial process exited with code {outcome.returncode}")
       self._record(run.trial_id, {"event": "failed", "trial_id": run.trial_id, "status": kind,
-                                  "reason": reason[:500]})
+                                  "reason": reason[:500]}, published=outcome.published)
     return False
 
-  def _record(self, trial_id: str, event: dict[str, Any]) -> None:
+  def _record(self, trial_id: str, event: dict[str, Any], published: bool = False) -> None:
     """Journals a trial's outcome once its folder is in the job dir (for gs://, uploaded, its
-    marker last), so the journal never names files that are not there; a driver that another
-    one has displaced stops before uploading anything."""
+    marker last, by the driver or, `published`, by the trial itself), so the journal never
+    names files that are not there; a driver that another one has displaced stops before
+    uploading anything."""
     self.journal.check_writer()
-    self.workspace.publish(trial_id)
+    if not published:
+      self.workspace.publish(trial_id)
     self.journal.append(event)
     self.workspace.recorded(trial_id)
 

@@ -6,7 +6,9 @@ libraries that append and rename files, which objects cannot do (and TensorFlow'
 writer cannot reach an emulator). So its trials run in a local staging copy of the job dir
 (`journal.staging_dir(url)`), and when a trial ends its folder is uploaded, each file in one
 complete upload, the marker last, BEFORE the journal records the outcome: a journal entry
-never names files that are not there.
+never names files that are not there. A trial that runs on another machine (a Ray task) runs
+in that machine's temporary folder and uploads its own folder the same way (upload_trial); the
+driver then fetches only its marker and metrics (fetch_outcome).
 """
 
 import json
@@ -37,6 +39,13 @@ class LocalWorkspace:
     del events
 
   def attempt_starting(self, trial_id: str) -> None:
+    del trial_id
+
+  def remote_trial_dir(self, trial_id: str) -> str | None:
+    del trial_id
+    return None
+
+  def fetch_outcome(self, trial_id: str) -> None:
     del trial_id
 
   def publish(self, trial_id: str) -> None:
@@ -80,22 +89,40 @@ class GcsWorkspace:
     """As locally: an earlier attempt's marker goes, this attempt uploads its own."""
     storage.delete(self._remote(trial_id, STATUS_NAME), missing_ok=True)
 
-  def publish(self, trial_id: str) -> None:
-    """Uploads the trial folder: objects an earlier attempt left and this one did not write are
-    removed, then every file goes up whole, `LAST` last, the marker at the very end."""
+  def remote_trial_dir(self, trial_id: str) -> str | None:
+    """Where a trial running on another machine uploads its own folder (upload_trial)."""
+    return self._remote(trial_id)
+
+  def fetch_outcome(self, trial_id: str) -> None:
+    """For a trial that uploaded its own folder: its marker and metrics, into the staging
+    copy, where the search loop reads every trial's outcome (not its checkpoints)."""
     local = os.path.join(self.work_dir, trial_id)
-    names = [n for n in storage.list_names(local) if not _temporary(n)]
-    remote = self._remote(trial_id)
-    for stale in sorted(set(storage.list_names(remote)) - set(names)):
-      storage.delete(storage.join(remote, stale), missing_ok=True)
-    storage.upload_dir(local, remote, names=[n for n in names if n not in LAST])
-    for name in LAST:
-      if name in names:
-        storage.upload_file(os.path.join(local, name), storage.join(remote, name))
+    for name in (ANALYSIS_NAME, STATUS_NAME):
+      remote = self._remote(trial_id, name)
+      if storage.is_file(remote):
+        storage.download_file(remote, os.path.join(local, name))
+
+  def publish(self, trial_id: str) -> None:
+    """Uploads the staging copy of the trial folder (upload_trial)."""
+    upload_trial(os.path.join(self.work_dir, trial_id), self._remote(trial_id))
 
   def recorded(self, trial_id: str) -> None:
     """The journal has the outcome and the bucket the files: the local copy is not needed."""
     shutil.rmtree(os.path.join(self.work_dir, trial_id), ignore_errors=True)
+
+
+def upload_trial(local: str, remote: str) -> list[str]:
+  """Uploads a trial folder: objects an earlier attempt left and this one did not write are
+  removed, then every file goes up whole, `LAST` last, the marker at the very end. Runs in the
+  driver for staged trials and in the Ray task for trials that ran on another node."""
+  names = [n for n in storage.list_names(local) if not _temporary(n)]
+  for stale in sorted(set(storage.list_names(remote)) - set(names)):
+    storage.delete(storage.join(remote, stale), missing_ok=True)
+  storage.upload_dir(local, remote, names=[n for n in names if n not in LAST])
+  for name in LAST:
+    if name in names:
+      storage.upload_file(os.path.join(local, name), storage.join(remote, name))
+  return names
 
 
 def _temporary(name: str) -> bool:
