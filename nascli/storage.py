@@ -265,6 +265,18 @@ def _write_temp(path: str, data: bytes) -> str:
   return tmp
 
 
+@contextlib.contextmanager
+def _temp_beside(path: str, data: bytes) -> Iterator[str]:
+  """A fsynced temporary copy of `data` next to `path`, for a rename or link to publish; it is
+  gone afterwards whether that happened or failed."""
+  tmp = _write_temp(path, data)
+  try:
+    yield tmp
+  finally:
+    with contextlib.suppress(OSError):
+      os.unlink(tmp)
+
+
 def write_bytes(path: PathLike, data: bytes, content_type: str = "application/octet-stream"
                 ) -> None:
   """Replaces the file or object with `data`: readers see the old content or the new, whole."""
@@ -277,13 +289,8 @@ def write_bytes(path: PathLike, data: bytes, content_type: str = "application/oc
     return
   path = os.fspath(path)
   with _local_errors(path, "write"):
-    tmp = _write_temp(path, bytes(data))
-    try:
+    with _temp_beside(path, bytes(data)) as tmp:
       os.replace(tmp, path)
-    except BaseException:
-      with contextlib.suppress(OSError):
-        os.unlink(tmp)
-      raise
     _fsync_dir(os.path.dirname(path) or ".")
 
 
@@ -306,20 +313,18 @@ def create_bytes(path: PathLike, data: bytes) -> None:
     return
   path = os.fspath(path)
   with _local_errors(path, "create"):
-    tmp = _write_temp(path, bytes(data))
-    try:
-      os.link(tmp, path)
-    except OSError as e:
-      if e.errno not in (errno.EPERM, errno.ENOTSUP, errno.EOPNOTSUPP, errno.EXDEV, errno.EMLINK):
-        raise
-      fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
-      with os.fdopen(fd, "wb") as f:
-        f.write(bytes(data))
-        f.flush()
-        os.fsync(f.fileno())
-    finally:
-      with contextlib.suppress(OSError):
-        os.unlink(tmp)
+    with _temp_beside(path, bytes(data)) as tmp:
+      try:
+        os.link(tmp, path)
+      except OSError as e:
+        if e.errno not in (errno.EPERM, errno.ENOTSUP, errno.EOPNOTSUPP, errno.EXDEV,
+                           errno.EMLINK):
+          raise
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
+        with os.fdopen(fd, "wb") as f:
+          f.write(bytes(data))
+          f.flush()
+          os.fsync(f.fileno())
     _fsync_dir(os.path.dirname(path) or ".")
 
 

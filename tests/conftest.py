@@ -63,6 +63,19 @@ def nascli_subprocess(*args, env=None, **kwargs):
                         text=True, env=full_env, check=False, **kwargs)
 
 
+def retrain_best_trial(job, rows, cache, model_dir, env=None):
+  """Stage 2 on a search job: `train` retrains the best of `rows` (the search's result rows),
+  warm-started from its search checkpoint, for 10 steps. Returns (its trial id, the process)."""
+  best = max(rows, key=lambda r: r["reward"])["trial_id"]
+  return best, nascli_subprocess(
+      "train", "--search_job_dir", job, "--train_nas_trial_numbers", best,
+      "--retrain_use_search_job_checkpoint", "--model_dir", model_dir,
+      "--dataset_dir", os.path.join(cache, "data", "digits-image_size32"), "--config_file",
+      "tf_vision/test_files/fast_nas_classification_search_for_testing.yaml",
+      "--params_override", "trainer.train_steps=10,trainer.steps_per_loop=5", "--json",
+      env=env)
+
+
 @pytest.fixture
 def cli(capsys):
   """Runs nascli's main() in-process; returns (exit_code, stdout, stderr)."""

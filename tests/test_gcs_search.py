@@ -14,7 +14,7 @@ import time
 
 import pytest
 
-from conftest import journal_events, nascli_subprocess
+from conftest import journal_events, nascli_subprocess, retrain_best_trial
 from nascli import storage
 from nascli.errors import InputError, OutputError
 from nascli.search import journal as journal_lib
@@ -137,14 +137,8 @@ def test_results_and_list_trials_read_from_gcs(searched):
 
 def test_stage2_retrains_a_trial_of_the_gcs_job(searched, cache, tmp_path):
   job, rows, _ = searched
-  best = max(rows, key=lambda r: r["reward"])["trial_id"]
-  retrain = nascli_subprocess(
-      "train", "--search_job_dir", job, "--train_nas_trial_numbers", best,
-      "--retrain_use_search_job_checkpoint", "--model_dir", tmp_path / "stage2",
-      "--dataset_dir", os.path.join(cache, "data", "digits-image_size32"), "--config_file",
-      "tf_vision/test_files/fast_nas_classification_search_for_testing.yaml",
-      "--params_override", "trainer.train_steps=10,trainer.steps_per_loop=5", "--json",
-      env={"NASCLI_CACHE_DIR": cache})
+  best, retrain = retrain_best_trial(job, rows, cache, tmp_path / "stage2",
+                                     env={"NASCLI_CACHE_DIR": cache})
   assert retrain.returncode == 0, retrain.stderr[-2000:]
   assert json.loads(retrain.stdout)[0]["step"] == 10
   saved = (tmp_path / "stage2" / best / "params.yaml").read_text()

@@ -12,6 +12,7 @@ import pytest
 from conftest import journal_events as _events
 from conftest import nascli_subprocess
 from conftest import proposals_of as _proposals_of
+from conftest import retrain_best_trial
 
 SHORT = "trainer.train_steps=20,trainer.steps_per_loop=10,trainer.checkpoint_interval=10"
 
@@ -63,13 +64,7 @@ def test_three_trial_search_records_everything(cache, tmp_path):
   rewards = [r["reward"] for r in json.loads(listed.stdout)]
   assert rewards == sorted(rewards, reverse=True) and len(rewards) == 3
   # Stage 2: retrain the best trial's architecture, warm-started from its search checkpoint.
-  best = max(rows, key=lambda r: r["reward"])["trial_id"]
-  retrain = nascli_subprocess(
-      "train", "--search_job_dir", job, "--train_nas_trial_numbers", best,
-      "--retrain_use_search_job_checkpoint", "--model_dir", tmp_path / "stage2",
-      "--dataset_dir", os.path.join(cache, "data", "digits-image_size32"), "--config_file",
-      "tf_vision/test_files/fast_nas_classification_search_for_testing.yaml",
-      "--params_override", "trainer.train_steps=10,trainer.steps_per_loop=5", "--json")
+  best, retrain = retrain_best_trial(job, rows, cache, tmp_path / "stage2")
   assert retrain.returncode == 0, retrain.stderr[-2000:]
   assert json.loads(retrain.stdout)[0]["step"] == 10
   from tf_vision.params import load_yaml_source  # pylint: disable=g-import-not-at-top
