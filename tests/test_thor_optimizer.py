@@ -230,6 +230,105 @@ def test_low_precision_preconditioning_is_close_not_equal():
 def test_unknown_precondition_dtype_is_refused():
   with pytest.raises(ValueError, match="precondition_dtype"):
     thor.Thor(precondition_dtype="float8")
+  with pytest.raises(ValueError, match="low_rank"):
+    thor.Thor(low_rank="sometimes")
+
+
+# --- low-rank preconditioning in the backward pass -------------------------------------------
+
+
+@pytest.mark.parametrize("stride,padding,dilation,block_size",
+                         [(1, "same", 1, 128), (2, "valid", 1, 128), (1, "same", 2, 128),
+                          (2, "same", 1, 4), (1, "valid", 1, 3)])
+def test_low_rank_steps_equal_the_reference(stride, padding, dilation, block_size):
+  """Between refreshes the kernel's gradient arrives preconditioned from its rows; each step's
+  update is still A_inv grad G_inv with the last refresh's inverses (frequency 3, 5 steps)."""
+  tf_keras.utils.set_random_seed(14)
+  layer = tf_keras.layers.Conv2D(5, 3, strides=stride, padding=padding, dilation_rate=dilation)
+  model = tf_keras.Sequential([tf_keras.Input((7, 7, 3)), layer])
+  lr, lam = 0.05, 0.1
+  opt = thor.Thor(learning_rate=lr, momentum=0.0, frequency=3, damping=lam,
+                  block_size=block_size, low_rank="always")
+  thor.attach_thor(model, opt)
+  step = _train_step(model, opt)
+  state = opt.thor_layer(layer.kernel)
+  refresh = None
+  for k in range(5):
+    x = _data(1000 + k, 2, 7, 7, 3)
+    t = _data(1100 + k, 2, *model.output_shape[1:])
+    # The tape's kernel gradient is itself preconditioned between refreshes: the plain one is
+    # recomputed from the rows (im2col^T dy, what Conv2DBackpropFilter computes).
+    inputs, dy, tape_dk, _ = _layer_grads(layer, x, t)
+    rows = np_patches(inputs, 3, 3, stride, padding, dilation)
+    dk = (rows.T @ np.float64(dy).reshape(-1, 5)).reshape(tape_dk.shape)
+    if k % 3 == 0:
+      np.testing.assert_allclose(tape_dk, dk, rtol=1e-4, atol=1e-6)
+    k0 = layer.kernel.numpy()
+    step(x, t)
+    if k % 3 == 0:
+      refresh = np_inverses(rows, dy.reshape(-1, 5), 2, lam, block_size)
+    assert state.preconditioned_in_backward
+    # float32 Cholesky of damped 45x45 blocks against float64: a few 1e-5 at most
+    assert rel_err(k0 - layer.kernel.numpy(), lr * np_precondition(dk, *refresh)) < 5e-5, k
+
+
+def _two_convs(low_rank, **kwargs):
+  """16x16 -> a 3x3 conv with 1,024 rows (kernel-sized path pays) -> a 3x3 stride-4 conv to 1
+  position with 576 x 64 weights (low-rank pays at batch 4); BatchNorm, pooling, Dense.
+  Convolutions without bias, as in Model Garden's ResNets (a bias before BatchNorm gets a zero
+  gradient: its values would be rounding noise to compare)."""
+  tf_keras.utils.set_random_seed(15)
+  model = tf_keras.Sequential([
+      tf_keras.Input((16, 16, 3)), tf_keras.layers.Conv2D(64, 3, padding="same", use_bias=False,
+                                                          name="wide"),
+      tf_keras.layers.BatchNormalization(), tf_keras.layers.ReLU(),
+      tf_keras.layers.MaxPool2D(4),
+      tf_keras.layers.Conv2D(64, 3, strides=4, use_bias=False, name="deep"),
+      tf_keras.layers.Flatten(), tf_keras.layers.Dense(3, name="head")])
+  opt = thor.Thor(learning_rate=0.05, momentum=0.9, frequency=2, damping=0.2,
+                  weight_decay=1e-3, low_rank=low_rank, **kwargs)
+  thor.attach_thor(model, opt)
+  return model, opt
+
+
+def test_low_rank_auto_picks_the_cheaper_path_and_trains_the_same():
+  batches = [(_data(1200 + k, 4, 16, 16, 3), _data(1300 + k, 4, 3)) for k in range(5)]
+  runs = {}
+  for mode in ("auto", "never"):
+    model, opt = _two_convs(mode)
+    step = _train_step(model, opt)
+    for x, t in batches:
+      step(x, t)
+    runs[mode] = (model, opt)
+  chosen = {s.layer.name: s.preconditioned_in_backward for s in runs["auto"][1].thor_layers}
+  assert chosen == {"wide": False, "deep": True, "head": False}
+  assert not any(s.preconditioned_in_backward for s in runs["never"][1].thor_layers)
+  wide, deep = (runs["auto"][1].thor_layers[i] for i in (0, 1))
+  assert not thor.low_rank_pays(4 * 256, wide.a_layout, wide.g_layout)
+  assert thor.low_rank_pays(4, deep.a_layout, deep.g_layout)
+  # Other float32 summation orders, compounded over 5 momentum steps: ~1e-5 apart.
+  for got, want in zip(runs["auto"][0].weights, runs["never"][0].weights):
+    assert rel_err(got.numpy(), want.numpy()) < 1e-4, got.name
+  moved = runs["never"][0].get_layer("deep").kernel.numpy() - _two_convs("never")[0].get_layer(
+      "deep").kernel.numpy()
+  assert np.linalg.norm(moved) > 1e-3  # the compared kernel really trained
+
+
+@pytest.mark.parametrize("blocker", ["regularizer", "clipnorm"])
+def test_low_rank_needs_the_raw_gradient_left_alone(blocker):
+  """A kernel regularizer's gradient or clipping must see the plain gradient: kernel-sized."""
+  kwargs = {"clipnorm": 10.0} if blocker == "clipnorm" else {}
+  model, opt = _two_convs("always", **kwargs)
+  if blocker == "regularizer":
+    tf_keras.utils.set_random_seed(15)
+    layer = tf_keras.layers.Conv2D(4, 3, kernel_regularizer=tf_keras.regularizers.L2(1e-2))
+    model = tf_keras.Sequential([tf_keras.Input((6, 6, 3)), layer])
+    opt = thor.Thor(learning_rate=0.05, frequency=2, damping=0.2, low_rank="always")
+    thor.attach_thor(model, opt)
+  step = _train_step(model, opt)
+  for k in range(3):
+    step(_data(1400 + k, 4, *model.input_shape[1:]), _data(1500 + k, 4, *model.output_shape[1:]))
+  assert not any(s.preconditioned_in_backward for s in opt.thor_layers)
 
 
 # --- refresh frequency and damping schedule ------------------------------------------------
@@ -459,8 +558,9 @@ def _ckpt_model(seed):
 
 
 def _ckpt_optimizer():
+  # low_rank "always": the resumed steps between refreshes precondition in the backward pass.
   return thor.Thor(learning_rate=0.05, momentum=0.9, frequency=2, damping=0.3, block_size=8,
-                   weight_decay=1e-3)
+                   weight_decay=1e-3, low_rank="always")
 
 
 def test_checkpoint_resume_is_exact(tmp_path):
@@ -517,14 +617,14 @@ _MIRRORED_SCRIPT = textwrap.dedent("""
     data = [(rng.randn(GLOBAL, 6, 6, 3).astype("float32"), rng.randn(GLOBAL, 3).astype("float32"))
             for _ in range(3)]
 
-    def build():
+    def build(low_rank):
       tf_keras.utils.set_random_seed(3)
       model = tf_keras.Sequential([
           tf_keras.Input((6, 6, 3)), tf_keras.layers.Conv2D(4, 3, padding="same"),
           tf_keras.layers.ReLU(), tf_keras.layers.Conv2D(4, 3, strides=2),
           tf_keras.layers.Flatten(), tf_keras.layers.Dense(3)])
       opt = thor.Thor(learning_rate=0.05, momentum=0.9, frequency=2, damping=0.2, block_size=8,
-                      weight_decay=1e-3)
+                      weight_decay=1e-3, low_rank=low_rank)
       return model, opt
 
     def per_example_loss(model, x, t):
@@ -541,8 +641,9 @@ _MIRRORED_SCRIPT = textwrap.dedent("""
           inv[f"{i}/{name}"] = [c.tolist() for c in copies]
       return {"weights": [w.numpy().tolist() for w in model.weights], "inverses": inv}
 
-    # One replica (default strategy) on the global batch.
-    model, opt = build()
+    # One replica (default strategy) on the global batch, preconditioning kernel-sized
+    # gradients; the replicas below take the low-rank path at step 1 (each from its own rows).
+    model, opt = build("never")
     thor.attach_thor(model, opt)
     @tf.function
     def step1(x, t):
@@ -560,7 +661,7 @@ _MIRRORED_SCRIPT = textwrap.dedent("""
 
     def mirrored_run(loss_scale):
       with strategy.scope():
-        model, opt = build()
+        model, opt = build("always")
         outer = opt
         if loss_scale:
           outer = tf_keras.mixed_precision.LossScaleOptimizer(opt, dynamic=False,

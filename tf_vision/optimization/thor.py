@@ -45,6 +45,19 @@ matmuls are the ordinary step's cost over SGD (about 2 * d_A * C_out * (block_A 
 flops per kernel); `precondition_dtype` runs them in bfloat16 or float16 (MindSpore's Ascend
 THOR uses float16 there) while factors, inverses and updates stay float32.
 
+Low-rank path (`low_rank`, "auto" by default): a convolution's kernel gradient is X^T D (X its
+M im2col rows, D its output-gradient rows), so A_inv grad G_inv = (X A_inv^T)^T (D G_inv). For
+deep layers at low resolution M is far below d_A (32 rows for a batch of 32 at 1x1 against
+d_A = 4,608 for a 3x3x512 kernel), and preconditioning the rows costs a small fraction of the
+kernel-sized product, whose final matmul replaces the kernel gradient's own. So between
+refreshes the hooked `convolution_op` of such a layer returns its kernel gradient already
+preconditioned with the standing inverses, and the update leaves it as is; at a refresh step
+it returns the plain gradient and the update preconditions it with the new inverses, as
+above. "auto" takes the path per layer when its flops are under half (`low_rank_pays`, from
+the static shapes seen while tracing). The result is the same up to float rounding. Between
+refreshes a tape's gradient of such a kernel is therefore the preconditioned one; a kernel
+regularizer or gradient clipping (which need the plain one) turns the path off.
+
 Hooked layers: tf_keras Conv2D (groups 1, channels_last; not Conv2DTranspose) and Dense.
 DepthwiseConv2D, SeparableConv2D and the rest stay first-order (a depthwise kernel has no
 input-channel mixing for A to describe). Biases are first-order too (MindSpore's layers have
@@ -81,6 +94,7 @@ _var_key = optimizer_v2._var_key  # pylint: disable=protected-access
 _not_converted = tf.autograph.experimental.do_not_convert
 
 PRECONDITION_DTYPES = ("float32", "bfloat16", "float16")
+LOW_RANK_MODES = ("auto", "always", "never")
 A_INV_SLOT = "thor_a_inv"
 G_INV_SLOT = "thor_g_inv"
 
@@ -119,6 +133,9 @@ class ThorLayer:
   a: tf.Variable  # [num_blocks, block, block] diagonal blocks of A
   g: tf.Variable  # same for G
   positions: tf.Variable  # T, output positions per example
+  # Set while tracing the backward pass: this step's kernel gradient arrives preconditioned
+  # (low-rank path) except at refresh steps. Read by the update traced after it.
+  preconditioned_in_backward: bool = False
 
 
 def gram_blocks(rows: tf.Tensor, layout: BlockLayout) -> tf.Tensor:
@@ -163,6 +180,55 @@ def precondition(grad: tf.Tensor, a_inv: tf.Tensor, g_inv: tf.Tensor,
   return tf.reshape(x, shape)
 
 
+def _times_blocks(rows: tf.Tensor, inverse: tf.Tensor, layout: BlockLayout,
+                  transpose: bool) -> tf.Tensor:
+  """rows [M, dim] @ blockdiag(inverse) (each block transposed if asked), as [n, M, block]."""
+  pad = layout.padded - layout.dim
+  if pad:
+    rows = tf.pad(rows, [[0, 0], [0, pad]])
+  rows = tf.transpose(tf.reshape(rows, [-1, layout.num_blocks, layout.block]), [1, 0, 2])
+  return tf.matmul(rows, inverse, transpose_b=transpose)
+
+
+def low_rank_precondition(x_rows: tf.Tensor, d_rows: tf.Tensor, a_inv: tf.Tensor,
+                          g_inv: tf.Tensor, a_layout: BlockLayout,
+                          g_layout: BlockLayout) -> tf.Tensor:
+  """A_inv (X^T D) G_inv as (X A_inv^T)^T (D G_inv), [d_A, C_out].
+
+  X^T D is a convolution's kernel gradient (X: its im2col rows, D: its output gradient rows),
+  of rank at most M, the rows. When M is small next to d_A (deep layers at low resolution:
+  32 rows for a batch of 32 at 1x1), preconditioning the M rows costs far less than the
+  kernel-sized gradient, and the final product replaces the kernel gradient's own matmul.
+  """
+  xa = _times_blocks(x_rows, a_inv, a_layout, transpose=True)  # [n_A, M, b_A]
+  dg = _times_blocks(d_rows, g_inv, g_layout, transpose=False)  # [n_G, M, b_G]
+  dg = tf.reshape(tf.transpose(dg, [1, 0, 2]), [-1, g_layout.padded])[:, :g_layout.dim]
+  out = tf.matmul(xa, dg, transpose_a=True)  # [n_A, b_A, C_out], dg broadcast over blocks
+  return tf.reshape(out, [a_layout.padded, g_layout.dim])[:a_layout.dim]
+
+
+def low_rank_pays(rows: int, a_layout: BlockLayout, g_layout: BlockLayout) -> bool:
+  """Whether the low-rank path's flops are under half the kernel-sized preconditioning's."""
+  kernel_sized = a_layout.dim * g_layout.dim * (a_layout.block + g_layout.block)
+  low_rank = rows * (a_layout.padded * a_layout.block + g_layout.padded * g_layout.block)
+  return 2 * low_rank < kernel_sized
+
+
+def _conv_backprop(op, layer, **tensors) -> tf.Tensor:
+  """Conv2DBackpropInput / Conv2DBackpropFilter with a channels-last Conv2D's geometry."""
+  return op(strides=[1, *layer.strides, 1], padding=layer.padding.upper(),
+            dilations=[1, *layer.dilation_rate, 1], **tensors)
+
+
+def _im2col(layer, inputs: tf.Tensor, dim: int) -> tf.Tensor:
+  """A Conv2D's input as [M, kh * kw * C_in] rows in the kernel's order."""
+  kh, kw = layer.kernel_size
+  patches = tf.image.extract_patches(
+      inputs, sizes=[1, kh, kw, 1], strides=[1, *layer.strides, 1],
+      rates=[1, *layer.dilation_rate, 1], padding=layer.padding.upper())
+  return tf.reshape(patches, [-1, dim])
+
+
 def _eye_initializer(layout: BlockLayout) -> Callable[..., tf.Tensor]:
   """Identity blocks: before its first refresh a kernel is updated like plain SGD."""
   def init(shape=None, dtype=tf.float32, **kwargs):
@@ -194,6 +260,7 @@ class Thor(tf_keras.optimizers.legacy.Optimizer):
                exclude_from_weight_decay: Sequence[str] | None = None,
                loss_scale: float = 1.0,
                precondition_dtype: str = "float32",
+               low_rank: str = "auto",
                name: str = "Thor",
                **kwargs):
     """Sets the hyperparameters.
@@ -214,6 +281,11 @@ class Thor(tf_keras.optimizers.legacy.Optimizer):
       precondition_dtype: dtype the gradient and the inverses are cast to for the per-step
         preconditioning matmuls, the ordinary step's main cost (float32, bfloat16, float16;
         MindSpore's Ascend THOR uses float16). Factors, inverses and updates stay float32.
+      low_rank: where a Conv2D's gradient is preconditioned between refreshes: "auto" in its
+        backward pass from its input and output-gradient rows (`low_rank_precondition`, the
+        same result) when that is cheaper, "always" there, "never" on the kernel-sized
+        gradient. Never for a layer with a kernel regularizer or under gradient clipping
+        (both need the raw gradient).
       name: name of the optimizer.
       **kwargs: clipnorm, clipvalue, global_clipnorm, decay, as for any legacy optimizer.
 
@@ -232,6 +304,8 @@ class Thor(tf_keras.optimizers.legacy.Optimizer):
     if precondition_dtype not in PRECONDITION_DTYPES:
       raise ValueError(f"precondition_dtype must be one of {', '.join(PRECONDITION_DTYPES)},"
                        f" got {precondition_dtype!r}")
+    if low_rank not in LOW_RANK_MODES:
+      raise ValueError(f"low_rank must be one of {', '.join(LOW_RANK_MODES)}, got {low_rank!r}")
     self._set_hyper("learning_rate", kwargs.get("lr", learning_rate))
     self._set_hyper("decay", self._initial_decay)
     self._set_hyper("momentum", momentum)
@@ -248,6 +322,8 @@ class Thor(tf_keras.optimizers.legacy.Optimizer):
     self.exclude_from_weight_decay = list(exclude_from_weight_decay or [])
     self.loss_scale_factor = float(loss_scale)
     self.precondition_dtype = precondition_dtype
+    self.low_rank = low_rank
+    self._refreshed_now: tf.Tensor | None = None
     self._thor_layers: dict[Any, ThorLayer] = {}
     self._dynamic_loss_scale: Callable[[], tf.Tensor] | None = None
     self._refreshed_at = None
@@ -326,12 +402,8 @@ class Thor(tf_keras.optimizers.legacy.Optimizer):
       x = tf.cast(inputs, tf.float32)
       d = tf.cast(dy, tf.float32)
       layer = state.layer
-      if state.kind == "conv":
-        kh, kw = layer.kernel_size
-        x = tf.image.extract_patches(
-            x, sizes=[1, kh, kw, 1], strides=[1, *layer.strides, 1],
-            rates=[1, *layer.dilation_rate, 1], padding=layer.padding.upper())
-      x = tf.reshape(x, [-1, state.a_layout.dim])
+      x = (_im2col(layer, x, state.a_layout.dim) if state.kind == "conv"
+           else tf.reshape(x, [-1, state.a_layout.dim]))
       d = tf.reshape(d, [-1, state.g_layout.dim])
       batch = tf.cast(tf.shape(inputs)[0], tf.float32)
       rows = tf.cast(tf.shape(x)[0], tf.float32)
@@ -346,6 +418,39 @@ class Thor(tf_keras.optimizers.legacy.Optimizer):
       with tf.control_dependencies(ops):
         return tf.constant(True)
     return tf.cond(self.is_refresh_step(), record, lambda: tf.constant(False))
+
+  def uses_low_rank(self, state: ThorLayer, rows: int | None) -> bool:
+    """Whether `state`'s conv (M = `rows` per replica, None: unknown) takes the low-rank path."""
+    if self.low_rank == "never" or rows is None:
+      return False
+    return self.low_rank == "always" or low_rank_pays(rows, state.a_layout, state.g_layout)
+
+  @_not_converted
+  def conv_kernel_gradient(self, state: ThorLayer, inputs: tf.Tensor, kernel: tf.Tensor,
+                           dy: tf.Tensor) -> tf.Tensor:
+    """A hooked Conv2D's kernel gradient; between refreshes already preconditioned.
+
+    At a refresh step it is the plain gradient (the inverses are rebuilt after the backward
+    pass and the update preconditions with the new ones); at other steps it is
+    `low_rank_precondition` of this batch's rows with the standing inverses, the value the
+    update would otherwise compute from the kernel-sized gradient.
+    """
+    layer = state.layer
+
+    def plain():
+      return _conv_backprop(tf.raw_ops.Conv2DBackpropFilter, layer, input=inputs,
+                            filter_sizes=tf.shape(kernel), out_backprop=dy)
+
+    def preconditioned():
+      low = tf.as_dtype(self.precondition_dtype)
+      x = tf.cast(_im2col(layer, inputs, state.a_layout.dim), low)
+      d = tf.cast(tf.reshape(dy, [-1, state.g_layout.dim]), low)
+      a_inv = tf.cast(self.get_slot(state.kernel, A_INV_SLOT), low)
+      g_inv = tf.cast(self.get_slot(state.kernel, G_INV_SLOT), low)
+      grad = low_rank_precondition(x, d, a_inv, g_inv, state.a_layout, state.g_layout)
+      return tf.cast(tf.reshape(grad, tf.shape(kernel)), kernel.dtype)
+
+    return tf.cond(self.is_refresh_step(), plain, preconditioned)
 
   # --- refresh ------------------------------------------------------------------------------
 
@@ -399,6 +504,7 @@ class Thor(tf_keras.optimizers.legacy.Optimizer):
     if not states:
       return super()._distributed_apply(distribution, grads_and_vars, apply_state, name)
     refreshed = self._refresh(states)
+    self._refreshed_now = refreshed  # read by the updates of low-rank kernels below
     with tf.control_dependencies([refreshed]):
       return super()._distributed_apply(distribution, grads_and_vars, apply_state, name)
 
@@ -434,10 +540,17 @@ class Thor(tf_keras.optimizers.legacy.Optimizer):
     state = self.thor_layer(var)
     if state is not None:
       low = tf.as_dtype(self.precondition_dtype)
-      a_inv = tf.cast(self.get_slot(var, A_INV_SLOT), low)
-      g_inv = tf.cast(self.get_slot(var, G_INV_SLOT), low)
-      grad = tf.cast(precondition(tf.cast(grad, low), a_inv, g_inv, state.a_layout,
-                                  state.g_layout), grad.dtype)
+
+      def kernel_sized(grad=grad):
+        a_inv = tf.cast(self.get_slot(var, A_INV_SLOT), low)
+        g_inv = tf.cast(self.get_slot(var, G_INV_SLOT), low)
+        return tf.cast(precondition(tf.cast(grad, low), a_inv, g_inv, state.a_layout,
+                                    state.g_layout), grad.dtype)
+
+      if state.preconditioned_in_backward:  # only a refresh step's gradient is still plain
+        grad = tf.cond(self._refreshed_now, kernel_sized, lambda grad=grad: grad)
+      else:
+        grad = kernel_sized()
     if self._decays(var):
       grad = grad + tf.cast(self.weight_decay, var_dtype) * var
     if self._momentum:
@@ -470,6 +583,7 @@ class Thor(tf_keras.optimizers.legacy.Optimizer):
         "exclude_from_weight_decay": list(self.exclude_from_weight_decay),
         "loss_scale": self.loss_scale_factor,
         "precondition_dtype": self.precondition_dtype,
+        "low_rank": self.low_rank,
     })
     return config
 
@@ -512,6 +626,41 @@ def _hook(layer: tf_keras.layers.Layer, state: ThorLayer, thor: Thor) -> None:
 
   layer.call = tf.autograph.experimental.do_not_convert(call)
   layer._thor_hooked = True  # pylint: disable=protected-access
+  if state.kind == "conv" and _low_rank_allowed(layer, thor):
+    _hook_convolution(layer, state, thor)
+
+
+def _low_rank_allowed(layer, thor: Thor) -> bool:
+  """The low-rank path replaces the kernel gradient: not when anything else must see it raw."""
+  clipping = any(getattr(thor, name, None) for name in ("clipnorm", "clipvalue",
+                                                         "global_clipnorm"))
+  return (thor.low_rank != "never" and not clipping and layer.kernel_regularizer is None
+          and isinstance(layer.padding, str) and layer.padding in ("same", "valid")
+          and layer.rank == 2)
+
+
+def _hook_convolution(layer: tf_keras.layers.Layer, state: ThorLayer, thor: Thor) -> None:
+  """Wraps `layer.convolution_op` so its kernel gradient can come out preconditioned."""
+  original = layer.convolution_op
+
+  @tf.custom_gradient
+  def convolution(inputs, kernel):
+    outputs = original(inputs, kernel)
+
+    def grad(dy):
+      dx = _conv_backprop(tf.raw_ops.Conv2DBackpropInput, layer,
+                          input_sizes=tf.shape(inputs), filter=kernel, out_backprop=dy)
+      rows = None
+      if inputs.shape[0] is not None and None not in dy.shape[1:3]:
+        rows = int(inputs.shape[0]) * int(dy.shape[1]) * int(dy.shape[2])
+      state.preconditioned_in_backward = thor.uses_low_rank(state, rows)
+      if state.preconditioned_in_backward:
+        return dx, thor.conv_kernel_gradient(state, inputs, kernel, dy)
+      return dx, _conv_backprop(tf.raw_ops.Conv2DBackpropFilter, layer, input=inputs,
+                                filter_sizes=tf.shape(kernel), out_backprop=dy)
+    return outputs, grad
+
+  layer.convolution_op = tf.autograph.experimental.do_not_convert(convolution)
 
 
 def find_thor(optimizer) -> tuple[Thor | None, Any]:
@@ -559,6 +708,7 @@ def attach_thor(model: tf_keras.layers.Layer, optimizer) -> list[str]:
     _ = thor.iterations, thor.refreshed_at  # created now, not inside a traced gradient
     for layer in layers:
       state = thor.register_layer(layer, _kind(layer))
+      thor._create_slots([state.kernel])  # the backward pass may read the inverses first
       if not getattr(layer, "_thor_hooked", False):
         _hook(layer, state, thor)
       hooked.append(layer.name)
