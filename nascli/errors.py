@@ -35,3 +35,19 @@ class StorageExistsError(StorageError):
 
 class StorageAccessError(StorageError):
   """No credentials, or the credentials lack permission for the bucket or object."""
+
+
+class ConfigValueError(NascliError):
+  """A config field holds a value the run would reject later, after writing to the model dir.
+
+  It carries the field's dotted path so that each config on the way up can prefix its own
+  field name (`under`), and the one-line message names the full path from the experiment.
+  """
+
+  def __init__(self, path: str, value: object, allowed: str):
+    super().__init__(f"invalid config: {path} is {value!r}; allowed: {allowed}")
+    self.path, self.value, self.allowed = path, value, allowed
+
+  def under(self, prefix: str) -> "ConfigValueError":
+    """The same error seen from the config holding this one as its field `prefix`."""
+    return ConfigValueError(f"{prefix}.{self.path}", self.value, self.allowed)

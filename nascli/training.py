@@ -12,7 +12,7 @@ from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
 
 from nascli import storage
-from nascli.errors import NascliError
+from nascli.errors import ConfigValueError, NascliError
 
 stderr = Console(stderr=True)
 DEFAULT_MODEL_DIR = os.path.join("nascli_output", "train")
@@ -99,7 +99,14 @@ def plan(args: TrainArgs):
       params_override=args.params_override, hparams_file=args.hparams_file, options=options,
       hparams={k: v for k, v in args.fastnn.items()}, data=data,
       strategy=args.strategy, num_gpus=args.num_gpus, has_gpu=_has_gpu())
-  return params_lib.build(spec)
+  run_plan = params_lib.build(spec)
+  # The experiment's validate() does not descend into its fields; the optimizer's values would
+  # otherwise fail only when Model Garden builds it, after the model dir is written.
+  try:
+    run_plan.params.trainer.optimizer_config.validate()
+  except ConfigValueError as e:
+    raise e.under("trainer.optimizer_config") from None
+  return run_plan
 
 
 def _merge(a: dict, b: dict) -> dict:

@@ -10,12 +10,15 @@ A later optimizer (e.g. THOR) is added the same way: a config dataclass and one 
 """
 
 import dataclasses
-from typing import Any, List, Optional
+from typing import Any, Callable, List, Optional, Sequence
 
 from official.core import config_definitions as cfg
 from official.modeling.hyperparams import base_config
 from official.modeling.optimization.configs import optimization_config
 from official.modeling.optimization.configs import optimizer_config
+
+from nascli.errors import ConfigValueError
+from tf_vision.optimization import thor as thor_lib
 
 
 @dataclasses.dataclass
@@ -57,6 +60,48 @@ class FtrlConfig(optimizer_config.BaseOptimizerConfig):
   beta: float = 0.0
 
 
+@dataclasses.dataclass(frozen=True)
+class Allowed:
+  """What a config field accepts: a test of its value and the words an error shows for it."""
+  test: Callable[[Any], bool]
+  words: str
+
+  def check(self, name: str, value: Any) -> None:
+    """Raises ConfigValueError naming `name` unless `value` passes (a wrong type fails)."""
+    try:
+      ok = self.test(value)
+    except (TypeError, ValueError):  # e.g. a string where a number belongs
+      ok = False
+    if not ok:
+      raise ConfigValueError(name, value, self.words)
+
+
+def one_of(choices: Sequence[str]) -> Allowed:
+  """A field that takes one of `choices`, listed in the error as they are in the code."""
+  return Allowed(lambda value: value in choices, ", ".join(choices))
+
+
+# What `thor.Thor`'s constructor accepts (it raises ValueError otherwise), so that the config
+# check and the optimizer agree; the choices are the optimizer's own constants.
+_THOR_ALLOWED = {
+    "momentum": Allowed(lambda v: 0 <= v <= 1, "a number in [0, 1]"),
+    "frequency": Allowed(lambda v: v >= 1, "an integer >= 1"),
+    "block_size": Allowed(lambda v: v >= 1, "an integer >= 1"),
+    "loss_scale": Allowed(lambda v: v > 0, "a number > 0"),
+    "precondition_dtype": one_of(thor_lib.PRECONDITION_DTYPES),
+    "low_rank": one_of(thor_lib.LOW_RANK_MODES),
+}
+
+
+def _validate_fields(config: base_config.Config, names: Sequence[str]) -> None:
+  """Validates the named sub-configs; a ConfigValueError gets the field name as path prefix."""
+  for name in names:
+    try:
+      getattr(config, name).validate()
+    except ConfigValueError as e:
+      raise e.under(name) from None
+
+
 @dataclasses.dataclass
 class ThorConfig(optimizer_config.BaseOptimizerConfig):
   """`tf_vision.optimization.thor.Thor`'s constructor arguments (learning rate from the schedule).
@@ -78,6 +123,9 @@ class ThorConfig(optimizer_config.BaseOptimizerConfig):
     loss_scale: fixed factor the loss is multiplied by outside any LossScaleOptimizer.
     precondition_dtype: dtype of the per-step preconditioning matmuls (float32, bfloat16,
       float16); MindSpore's Ascend THOR runs them in float16. Inverses stay float32.
+    low_rank: "auto" (default), "always" or "never": precondition a Conv2D's gradient in its
+      backward pass from its M input/output-gradient rows where that is cheaper (deep layers
+      at low resolution); the same result (`thor.low_rank_precondition`).
   """
   name: str = "Thor"
   momentum: float = 0.9
@@ -90,6 +138,18 @@ class ThorConfig(optimizer_config.BaseOptimizerConfig):
   exclude_from_weight_decay: Optional[List[str]] = None
   loss_scale: float = 1.0
   precondition_dtype: str = "float32"
+  low_rank: str = "auto"
+
+  def validate(self):
+    """Also rejects what `thor.Thor` would: Model Garden builds the optimizer only after the
+    run has started writing the model dir, so a bad value should fail at planning instead.
+
+    Raises:
+      ConfigValueError: naming the first bad field, its value and what it allows.
+    """
+    super().validate()
+    for name, allowed in _THOR_ALLOWED.items():
+      allowed.check(name, getattr(self, name))
 
 
 @dataclasses.dataclass
@@ -98,6 +158,13 @@ class OptimizerConfig(optimization_config.OptimizerConfig):
   adadelta: AdadeltaConfig = dataclasses.field(default_factory=AdadeltaConfig)
   ftrl: FtrlConfig = dataclasses.field(default_factory=FtrlConfig)
   thor: ThorConfig = dataclasses.field(default_factory=ThorConfig)
+
+  def validate(self):
+    """Also validates the chosen optimizer: Model Garden builds only that branch (the others
+    may hold anything), and a Config's own `validate()` does not descend into its fields."""
+    super().validate()
+    if self.type is not None:
+      _validate_fields(self, [self.type])
 
 
 @dataclasses.dataclass
@@ -176,6 +243,11 @@ class OptimizationConfig(optimization_config.OptimizationConfig):
   optimizer: OptimizerConfig = dataclasses.field(default_factory=OptimizerConfig)
   learning_rate: LrConfig = dataclasses.field(default_factory=LrConfig)
   warmup: WarmupConfig = dataclasses.field(default_factory=WarmupConfig)
+
+  def validate(self):
+    """Also validates the optimizer one-of (see `OptimizerConfig.validate`)."""
+    super().validate()
+    _validate_fields(self, ["optimizer"])
 
 
 def _full_dict(config: base_config.Config) -> dict[str, Any]:
