@@ -317,9 +317,9 @@ def test_low_rank_auto_picks_the_cheaper_path_and_trains_the_same():
 @pytest.mark.parametrize("blocker", ["regularizer", "clipnorm"])
 def test_low_rank_needs_the_raw_gradient_left_alone(blocker):
   """A kernel regularizer's gradient or clipping must see the plain gradient: kernel-sized."""
-  kwargs = {"clipnorm": 10.0} if blocker == "clipnorm" else {}
-  model, opt = _two_convs("always", **kwargs)
-  if blocker == "regularizer":
+  if blocker == "clipnorm":
+    model, opt = _two_convs("always", clipnorm=10.0)
+  else:
     tf_keras.utils.set_random_seed(15)
     layer = tf_keras.layers.Conv2D(4, 3, kernel_regularizer=tf_keras.regularizers.L2(1e-2))
     model = tf_keras.Sequential([tf_keras.Input((6, 6, 3)), layer])

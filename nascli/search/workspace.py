@@ -111,7 +111,7 @@ class GcsWorkspace:
     shutil.rmtree(os.path.join(self.work_dir, trial_id), ignore_errors=True)
 
 
-def upload_trial(local: str, remote: str) -> list[str]:
+def upload_trial(local: str, remote: str) -> None:
   """Uploads a trial folder: objects an earlier attempt left and this one did not write are
   removed, then every file goes up whole, `LAST` last, the marker at the very end. Runs in the
   driver for staged trials and in the Ray task for trials that ran on another node."""
@@ -122,7 +122,6 @@ def upload_trial(local: str, remote: str) -> list[str]:
   for name in LAST:
     if name in names:
       storage.upload_file(os.path.join(local, name), storage.join(remote, name))
-  return names
 
 
 def _temporary(name: str) -> bool:

@@ -10,7 +10,7 @@ A later optimizer (e.g. THOR) is added the same way: a config dataclass and one 
 """
 
 import dataclasses
-from typing import Any, Callable, List, Optional, Sequence
+from typing import Any, List, Optional, Sequence
 
 from official.core import config_definitions as cfg
 from official.modeling.hyperparams import base_config
@@ -58,39 +58,6 @@ class FtrlConfig(optimizer_config.BaseOptimizerConfig):
   l2_regularization_strength: float = 0.0
   l2_shrinkage_regularization_strength: float = 0.0
   beta: float = 0.0
-
-
-@dataclasses.dataclass(frozen=True)
-class Allowed:
-  """What a config field accepts: a test of its value and the words an error shows for it."""
-  test: Callable[[Any], bool]
-  words: str
-
-  def check(self, name: str, value: Any) -> None:
-    """Raises ConfigValueError naming `name` unless `value` passes (a wrong type fails)."""
-    try:
-      ok = self.test(value)
-    except (TypeError, ValueError):  # e.g. a string where a number belongs
-      ok = False
-    if not ok:
-      raise ConfigValueError(name, value, self.words)
-
-
-def one_of(choices: Sequence[str]) -> Allowed:
-  """A field that takes one of `choices`, listed in the error as they are in the code."""
-  return Allowed(lambda value: value in choices, ", ".join(choices))
-
-
-# What `thor.Thor`'s constructor accepts (it raises ValueError otherwise), so that the config
-# check and the optimizer agree; the choices are the optimizer's own constants.
-_THOR_ALLOWED = {
-    "momentum": Allowed(lambda v: 0 <= v <= 1, "a number in [0, 1]"),
-    "frequency": Allowed(lambda v: v >= 1, "an integer >= 1"),
-    "block_size": Allowed(lambda v: v >= 1, "an integer >= 1"),
-    "loss_scale": Allowed(lambda v: v > 0, "a number > 0"),
-    "precondition_dtype": one_of(thor_lib.PRECONDITION_DTYPES),
-    "low_rank": one_of(thor_lib.LOW_RANK_MODES),
-}
 
 
 def _validate_fields(config: base_config.Config, names: Sequence[str]) -> None:
@@ -148,8 +115,9 @@ class ThorConfig(optimizer_config.BaseOptimizerConfig):
       ConfigValueError: naming the first bad field, its value and what it allows.
     """
     super().validate()
-    for name, allowed in _THOR_ALLOWED.items():
-      allowed.check(name, getattr(self, name))
+    for name, allowed in thor_lib.SETTINGS.items():
+      if not allowed.accepts(getattr(self, name)):
+        raise ConfigValueError(name, getattr(self, name), allowed.words)
 
 
 @dataclasses.dataclass

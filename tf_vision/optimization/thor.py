@@ -95,6 +95,35 @@ _not_converted = tf.autograph.experimental.do_not_convert
 
 PRECONDITION_DTYPES = ("float32", "bfloat16", "float16")
 LOW_RANK_MODES = ("auto", "always", "never")
+
+
+@dataclasses.dataclass(frozen=True)
+class Allowed:
+  """What a setting accepts: a test of its value and the words an error shows for it."""
+  test: Callable[[Any], bool]
+  words: str
+
+  def accepts(self, value: Any) -> bool:
+    try:
+      return bool(self.test(value))
+    except (TypeError, ValueError):  # e.g. a string where a number belongs
+      return False
+
+
+def _one_of(choices: Sequence[str]) -> Allowed:
+  return Allowed(lambda value: value in choices, ", ".join(choices))
+
+
+# The settings Thor refuses out of range; its config (tf_vision.configs.optimization) checks
+# the same table at planning, before a run writes anything.
+SETTINGS = {
+    "momentum": Allowed(lambda v: 0 <= v <= 1, "a number in [0, 1]"),
+    "frequency": Allowed(lambda v: v >= 1, "an integer >= 1"),
+    "block_size": Allowed(lambda v: v >= 1, "an integer >= 1"),
+    "loss_scale": Allowed(lambda v: v > 0, "a number > 0"),
+    "precondition_dtype": _one_of(PRECONDITION_DTYPES),
+    "low_rank": _one_of(LOW_RANK_MODES),
+}
 A_INV_SLOT = "thor_a_inv"
 G_INV_SLOT = "thor_g_inv"
 
@@ -293,19 +322,13 @@ class Thor(tf_keras.optimizers.legacy.Optimizer):
       ValueError: a setting out of range.
     """
     super().__init__(name, **kwargs)
-    if isinstance(momentum, (int, float)) and not 0 <= momentum <= 1:
-      raise ValueError(f"momentum must be in [0, 1], got {momentum}")
-    if int(frequency) < 1:
-      raise ValueError(f"frequency must be >= 1, got {frequency}")
-    if int(block_size) < 1:
-      raise ValueError(f"block_size must be >= 1, got {block_size}")
-    if float(loss_scale) <= 0:
-      raise ValueError(f"loss_scale must be > 0, got {loss_scale}")
-    if precondition_dtype not in PRECONDITION_DTYPES:
-      raise ValueError(f"precondition_dtype must be one of {', '.join(PRECONDITION_DTYPES)},"
-                       f" got {precondition_dtype!r}")
-    if low_rank not in LOW_RANK_MODES:
-      raise ValueError(f"low_rank must be one of {', '.join(LOW_RANK_MODES)}, got {low_rank!r}")
+    settings = {"frequency": frequency, "block_size": block_size, "loss_scale": loss_scale,
+                "precondition_dtype": precondition_dtype, "low_rank": low_rank}
+    if isinstance(momentum, (int, float)):  # else a schedule or tensor
+      settings["momentum"] = momentum
+    for setting, value in settings.items():
+      if not SETTINGS[setting].accepts(value):
+        raise ValueError(f"{setting} must be {SETTINGS[setting].words}, got {value!r}")
     self._set_hyper("learning_rate", kwargs.get("lr", learning_rate))
     self._set_hyper("decay", self._initial_decay)
     self._set_hyper("momentum", momentum)
