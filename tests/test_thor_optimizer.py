@@ -171,6 +171,48 @@ def test_conv2d_exact(stride, padding, dilation):
   assert rel_err(stored[0], a_inv) < 1e-5
 
 
+class _SubclassedConv(tf_keras.layers.Conv2D):
+  """Overrides call: hooked on its output (pre-activation), not on convolution_op."""
+
+  def call(self, inputs):  # pylint: disable=useless-parent-delegation
+    return super().call(inputs)
+
+
+@pytest.mark.parametrize("kind", ["dense", "conv", "subclassed_conv"])
+def test_fused_activation_uses_the_pre_activation_gradient(kind):
+  tf_keras.utils.set_random_seed(5)
+  if kind == "dense":
+    layer, x = tf_keras.layers.Dense(3, activation="tanh"), _data(0, 4, 5)
+  else:
+    cls = tf_keras.layers.Conv2D if kind == "conv" else _SubclassedConv
+    layer, x = cls(4, 3, padding="same", activation="tanh"), _data(3, 2, 6, 6, 3)
+  model = tf_keras.Sequential([tf_keras.Input(x.shape[1:]), layer])
+  t = _data(1, x.shape[0], *model.output_shape[1:])
+  linear = (lambda v: tf.matmul(v, layer.kernel) + layer.bias) if kind == "dense" else (
+      lambda v: tf.nn.conv2d(v, layer.kernel, 1, "SAME") + layer.bias)
+  with tf.GradientTape(persistent=True) as tape:
+    pre = linear(x)
+    y = tf.tanh(pre)
+    loss = tf.reduce_mean(tf.reduce_sum(tf.reshape(tf.square(y - t), [x.shape[0], -1]), 1))
+  d_pre, d_post, dk = (g.numpy() for g in tape.gradient(loss, [pre, y, layer.kernel]))
+  k0 = layer.kernel.numpy()
+  opt = thor.Thor(learning_rate=1.0, momentum=0.0, frequency=1, damping=0.1)
+  thor.attach_thor(model, opt)
+  np.testing.assert_allclose(model(x).numpy(), y.numpy(), rtol=1e-5, atol=1e-6)
+  assert layer.get_config()["activation"] == "tanh"
+  _train_step(model, opt)(x, t)
+  rows = (x.numpy() if kind == "dense" else np_patches(x.numpy(), 3, 3, 1, "same"))
+  channels = d_pre.shape[-1]
+
+  def step_with(dy):
+    a_inv, g_inv = np_inverses(rows, dy.reshape(-1, channels), x.shape[0], 0.1, 128)
+    return np_precondition(dk, a_inv, g_inv)
+
+  want = step_with(d_pre)
+  assert rel_err(k0 - layer.kernel.numpy(), want) < 1e-5
+  assert rel_err(step_with(d_post), want) > 1e-2  # the post-activation G is another answer
+
+
 @pytest.mark.parametrize("block_size", [4, 3])
 def test_conv2d_block_diagonal(block_size):
   tf_keras.utils.set_random_seed(5)

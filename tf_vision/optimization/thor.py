@@ -183,11 +183,6 @@ def damped_block_inverse(blocks: tf.Tensor, damping: tf.Tensor) -> tf.Tensor:
   return tf.linalg.cholesky_solve(chol, eye)
 
 
-def _per_block(values: Sequence[tf.Tensor], counts: Sequence[int]) -> tf.Tensor:
-  """[sum(counts), 1, 1]: each scalar of `values` repeated for its member's blocks."""
-  return tf.concat([tf.fill([n], v) for n, v in zip(counts, values)], axis=0)[:, None, None]
-
-
 def precondition(grad: tf.Tensor, a_inv: tf.Tensor, g_inv: tf.Tensor,
                  a_layout: BlockLayout, g_layout: BlockLayout) -> tf.Tensor:
   """blockdiag(A_inv) @ grad2d @ blockdiag(G_inv), grad2d = grad as [d_A, C_out]."""
@@ -347,6 +342,7 @@ class Thor(tf_keras.optimizers.legacy.Optimizer):
     self.precondition_dtype = precondition_dtype
     self.low_rank = low_rank
     self._refreshed_now: tf.Tensor | None = None
+    self._preconditioned_at_refresh: set[Any] = set()
     self._thor_layers: dict[Any, ThorLayer] = {}
     self._dynamic_loss_scale: Callable[[], tf.Tensor] | None = None
     self._refreshed_at = None
@@ -415,30 +411,29 @@ class Thor(tf_keras.optimizers.legacy.Optimizer):
       return tf.cast(self.damping(step), tf.float32)
     return tf.constant(float(self.damping), tf.float32)
 
+  def _record(self, state: ThorLayer, inputs: tf.Tensor, dy: tf.Tensor) -> list[tf.Operation]:
+    """A and G of `state` from a layer input and the gradient of its pre-activation output."""
+    x = tf.cast(inputs, tf.float32)
+    d = tf.cast(dy, tf.float32)
+    layer = state.layer
+    x = (_im2col(layer, x, state.a_layout.dim) if state.kind == "conv"
+         else tf.reshape(x, [-1, state.a_layout.dim]))
+    d = tf.reshape(d, [-1, state.g_layout.dim])
+    batch = tf.cast(tf.shape(inputs)[0], tf.float32)
+    rows = tf.cast(tf.shape(x)[0], tf.float32)
+    replicas = tf.distribute.get_strategy().num_replicas_in_sync
+    scale = batch * replicas / self.loss_scale_factor
+    if self._dynamic_loss_scale is not None:
+      scale = scale / tf.cast(self._dynamic_loss_scale(), tf.float32)
+    return [state.a.assign(gram_blocks(x, state.a_layout) / rows, read_value=False),
+            state.g.assign(gram_blocks(d * scale, state.g_layout) / rows, read_value=False),
+            state.positions.assign(rows / batch, read_value=False)]
+
   @_not_converted
   def record_factors(self, state: ThorLayer, inputs: tf.Tensor, dy: tf.Tensor) -> tf.Tensor:
-    """On a refresh step, A and G of `state` from a layer input and its output gradient.
-
-    Runs in the backward pass (replica context); returns a bool tensor: refreshed or not.
-    """
+    """On a refresh step, `_record`; in the backward pass (replica context): refreshed or not."""
     def record():
-      x = tf.cast(inputs, tf.float32)
-      d = tf.cast(dy, tf.float32)
-      layer = state.layer
-      x = (_im2col(layer, x, state.a_layout.dim) if state.kind == "conv"
-           else tf.reshape(x, [-1, state.a_layout.dim]))
-      d = tf.reshape(d, [-1, state.g_layout.dim])
-      batch = tf.cast(tf.shape(inputs)[0], tf.float32)
-      rows = tf.cast(tf.shape(x)[0], tf.float32)
-      replicas = tf.distribute.get_strategy().num_replicas_in_sync
-      scale = batch * replicas / self.loss_scale_factor
-      if self._dynamic_loss_scale is not None:
-        scale = scale / tf.cast(self._dynamic_loss_scale(), tf.float32)
-      d = d * scale
-      ops = [state.a.assign(gram_blocks(x, state.a_layout) / rows, read_value=False),
-             state.g.assign(gram_blocks(d, state.g_layout) / rows, read_value=False),
-             state.positions.assign(rows / batch, read_value=False)]
-      with tf.control_dependencies(ops):
+      with tf.control_dependencies(self._record(state, inputs, dy)):
         return tf.constant(True)
     return tf.cond(self.is_refresh_step(), record, lambda: tf.constant(False))
 
@@ -450,19 +445,30 @@ class Thor(tf_keras.optimizers.legacy.Optimizer):
 
   @_not_converted
   def conv_kernel_gradient(self, state: ThorLayer, inputs: tf.Tensor, kernel: tf.Tensor,
-                           dy: tf.Tensor) -> tf.Tensor:
-    """A hooked Conv2D's kernel gradient; between refreshes already preconditioned.
+                           dy: tf.Tensor, low_rank: bool) -> tf.Tensor:
+    """A hooked Conv2D's kernel gradient; its factors recorded on a refresh step.
 
-    At a refresh step it is the plain gradient (the inverses are rebuilt after the backward
-    pass and the update preconditions with the new ones); at other steps it is
+    With `low_rank`, between refreshes the gradient is already preconditioned:
     `low_rank_precondition` of this batch's rows with the standing inverses, the value the
-    update would otherwise compute from the kernel-sized gradient.
+    update would otherwise compute from the kernel-sized gradient. At a refresh step it is the
+    plain gradient (the inverses are rebuilt after the backward pass and the update
+    preconditions with the new ones). Recording and the gradient share one `tf.cond`: each
+    cond is graph-building and start-up time.
     """
     layer = state.layer
 
     def plain():
       return _conv_backprop(tf.raw_ops.Conv2DBackpropFilter, layer, input=inputs,
                             filter_sizes=tf.shape(kernel), out_backprop=dy)
+
+    if not low_rank:
+      recorded = self.record_factors(state, inputs, dy)
+      with tf.control_dependencies([recorded]):
+        return plain()
+
+    def record_and_plain():
+      with tf.control_dependencies(self._record(state, inputs, dy)):
+        return plain()
 
     def preconditioned():
       low = tf.as_dtype(self.precondition_dtype)
@@ -473,52 +479,65 @@ class Thor(tf_keras.optimizers.legacy.Optimizer):
       grad = low_rank_precondition(x, d, a_inv, g_inv, state.a_layout, state.g_layout)
       return tf.cast(tf.reshape(grad, tf.shape(kernel)), kernel.dtype)
 
-    return tf.cond(self.is_refresh_step(), plain, preconditioned)
+    return tf.cond(self.is_refresh_step(), record_and_plain, preconditioned)
 
   # --- refresh ------------------------------------------------------------------------------
 
   @staticmethod
-  def _replica_mean(var: tf.Variable) -> tf.Tensor:
-    """A SyncOnRead(MEAN) variable averaged over the replicas."""
+  def _replica_means(variables: Sequence[tf.Variable]) -> list[tf.Tensor]:
+    """SyncOnRead(MEAN) variables averaged over the replicas (one all-reduce for all)."""
     if tf.distribute.in_cross_replica_context():
-      return tf.convert_to_tensor(var)  # the cross-replica read reduces with MEAN
+      return [tf.convert_to_tensor(v) for v in variables]  # the read reduces with MEAN
     ctx = tf.distribute.get_replica_context()
-    value = tf.convert_to_tensor(var)
+    values = [tf.convert_to_tensor(v) for v in variables]
     if ctx.num_replicas_in_sync > 1:
-      value = ctx.all_reduce(tf.distribute.ReduceOp.MEAN, value)
-    return value
+      values = ctx.all_reduce(tf.distribute.ReduceOp.MEAN, values)
+    return list(values)
 
   @_not_converted
-  def _refresh(self, states: Sequence[ThorLayer]) -> tf.Tensor:
+  def _refresh(self, states: Sequence[ThorLayer],
+               plain: Sequence[tuple[tf.Tensor, tf.Variable]] = ()
+               ) -> tuple[tf.Tensor, list[tf.Tensor]]:
     """On a refresh step, the damped block inverses of every layer into its kernel's slots.
 
-    Blocks of one size from all layers and both factors go through one batched Cholesky:
-    a few large ops instead of four per factor, which is most of a refresh step's cost and
-    of the optimizer's share of the tracing time.
+    `plain` are low-rank kernels' gradients, plain only at a refresh step: they come back
+    preconditioned with the new inverses then, unchanged otherwise (one cond for all).
+
+    Blocks of one size from all layers and both factors go through one batched Cholesky,
+    and each block's damping and scale are gathered from one vector over the layers: a few
+    large ops instead of several per factor, which is most of a refresh step's cost and of
+    the optimizer's share of graph building.
     """
     def refresh():
       lam = self.damping_at(self.iterations)
-      groups: dict[int, list[tuple[tf.Tensor, tf.Tensor, tf.Tensor, tf.Variable]]] = {}
-      for state in states:
-        positions = tf.maximum(self._replica_mean(state.positions), 1.0)
-        damping = tf.sqrt(lam / positions)
-        scale = tf.sqrt(1.0 / positions)
-        for factor, layout, slot in ((state.a, state.a_layout, A_INV_SLOT),
-                                     (state.g, state.g_layout, G_INV_SLOT)):
+      means = self._replica_means([v for s in states for v in (s.positions, s.a, s.g)])
+      positions = tf.maximum(tf.stack(means[0::3]), 1.0)  # [layers]
+      per_layer = tf.stack([tf.sqrt(lam / positions), tf.sqrt(1.0 / positions)])
+      groups: dict[int, list[tuple[tf.Tensor, int, tf.Variable]]] = {}
+      for i, state in enumerate(states):
+        for factor, layout, slot in ((means[3 * i + 1], state.a_layout, A_INV_SLOT),
+                                     (means[3 * i + 2], state.g_layout, G_INV_SLOT)):
           groups.setdefault(layout.block, []).append(
-              (self._replica_mean(factor), damping, scale, self.get_slot(state.kernel, slot)))
-      ops = []
+              (factor, i, self.get_slot(state.kernel, slot)))
+      ops, inverse_of = [], {}
       for members in groups.values():
-        counts = [int(blocks.shape[0]) for blocks, _, _, _ in members]
+        counts = [int(blocks.shape[0]) for blocks, _, _ in members]
+        layer_of_block = [i for (_, i, _), n in zip(members, counts) for _ in range(n)]
+        damping, scale = tf.unstack(
+            tf.gather(per_layer, layer_of_block, axis=1)[:, :, None, None])
         blocks = tf.concat([m[0] for m in members], axis=0)
-        inverses = (damped_block_inverse(blocks, _per_block([m[1] for m in members], counts))
-                    * _per_block([m[2] for m in members], counts))
-        for inverse, (_, _, _, slot) in zip(tf.split(inverses, counts), members):
+        inverses = damped_block_inverse(blocks, damping) * scale
+        for inverse, (_, _, slot) in zip(tf.split(inverses, counts), members):
           ops.append(slot.assign(inverse, read_value=False))
+          inverse_of[id(slot)] = inverse
       ops.append(self.refreshed_at.assign(self.iterations, read_value=False))
+      grads = [self._kernel_sized(grad, var, inverse_of[id(self.get_slot(var, A_INV_SLOT))],
+                                  inverse_of[id(self.get_slot(var, G_INV_SLOT))])
+               for grad, var in plain]
       with tf.control_dependencies(ops):
-        return tf.constant(True)
-    return tf.cond(self.is_refresh_step(), refresh, lambda: tf.constant(False))
+        return tf.constant(True), [tf.identity(g) for g in grads]
+    return tf.cond(self.is_refresh_step(), refresh,
+                   lambda: (tf.constant(False), [tf.identity(g) for g, _ in plain]))
 
   @_not_converted
   def _distributed_apply(self, distribution, grads_and_vars, apply_state, name):
@@ -526,8 +545,17 @@ class Thor(tf_keras.optimizers.legacy.Optimizer):
     states = [s for s in (self.thor_layer(v) for _, v in grads_and_vars) if s is not None]
     if not states:
       return super()._distributed_apply(distribution, grads_and_vars, apply_state, name)
-    refreshed = self._refresh(states)
-    self._refreshed_now = refreshed  # read by the updates of low-rank kernels below
+    # Low-rank kernels' gradients (plain at a refresh step) are preconditioned inside the
+    # refresh's cond where they are one tensor each; mirrored ones in their own updates.
+    pending = [i for i, (g, v) in enumerate(grads_and_vars)
+               if self.thor_layer(v) is not None
+               and self.thor_layer(v).preconditioned_in_backward
+               and not isinstance(g, tf.distribute.DistributedValues)]
+    refreshed, grads = self._refresh(states, [grads_and_vars[i] for i in pending])
+    for i, grad in zip(pending, grads):
+      grads_and_vars[i] = (grad, grads_and_vars[i][1])
+    self._refreshed_now = refreshed  # read by the updates of the other low-rank kernels
+    self._preconditioned_at_refresh = {_var_key(grads_and_vars[i][1]) for i in pending}
     with tf.control_dependencies([refreshed]):
       return super()._distributed_apply(distribution, grads_and_vars, apply_state, name)
 
@@ -554,6 +582,16 @@ class Thor(tf_keras.optimizers.legacy.Optimizer):
       return False
     return not any(re.search(pattern, var.name) for pattern in self.exclude_from_weight_decay)
 
+  def _kernel_sized(self, grad: tf.Tensor, var: tf.Variable, a_inv: tf.Tensor | None = None,
+                    g_inv: tf.Tensor | None = None) -> tf.Tensor:
+    """`precondition` of a kernel's gradient by its inverses (the slots unless given)."""
+    state = self.thor_layer(var)
+    low = tf.as_dtype(self.precondition_dtype)
+    a_inv = self.get_slot(var, A_INV_SLOT) if a_inv is None else a_inv
+    g_inv = self.get_slot(var, G_INV_SLOT) if g_inv is None else g_inv
+    return tf.cast(precondition(tf.cast(grad, low), tf.cast(a_inv, low), tf.cast(g_inv, low),
+                                state.a_layout, state.g_layout), grad.dtype)
+
   def _resource_apply_dense(self, grad, var, apply_state=None):
     var_device, var_dtype = var.device, var.dtype.base_dtype
     coefficients = ((apply_state or {}).get((var_device, var_dtype))
@@ -561,19 +599,12 @@ class Thor(tf_keras.optimizers.legacy.Optimizer):
     if self.loss_scale_factor != 1.0:
       grad = grad / self.loss_scale_factor
     state = self.thor_layer(var)
-    if state is not None:
-      low = tf.as_dtype(self.precondition_dtype)
-
-      def kernel_sized(grad=grad):
-        a_inv = tf.cast(self.get_slot(var, A_INV_SLOT), low)
-        g_inv = tf.cast(self.get_slot(var, G_INV_SLOT), low)
-        return tf.cast(precondition(tf.cast(grad, low), a_inv, g_inv, state.a_layout,
-                                    state.g_layout), grad.dtype)
-
-      if state.preconditioned_in_backward:  # only a refresh step's gradient is still plain
-        grad = tf.cond(self._refreshed_now, kernel_sized, lambda grad=grad: grad)
-      else:
-        grad = kernel_sized()
+    if state is not None and not state.preconditioned_in_backward:
+      grad = self._kernel_sized(grad, var)
+    elif state is not None and _var_key(var) not in self._preconditioned_at_refresh:
+      # a low-rank kernel's mirrored gradient: plain only at a refresh step
+      grad = tf.cond(self._refreshed_now, lambda grad=grad: self._kernel_sized(grad, var),
+                     lambda grad=grad: grad)
     if self._decays(var):
       grad = grad + tf.cast(self.weight_decay, var_dtype) * var
     if self._momentum:
@@ -632,7 +663,27 @@ def _kind(layer) -> str | None:
 
 
 def _hook(layer: tf_keras.layers.Layer, state: ThorLayer, thor: Thor) -> None:
-  """Wraps `layer.call` so its backward pass records the layer's factors on refresh steps."""
+  """Hooks `layer` so its backward pass records its factors on refresh steps.
+
+  G comes from the gradient of the layer's pre-activation output (its matmul or convolution,
+  bias added), as in K-FAC and MindSpore's THOR cells; a fused activation is applied after.
+  """
+  if state.kind == "conv" and _convolves_by_op(layer):
+    _hook_convolution(layer, state, thor)
+  else:
+    _hook_output(layer, state, thor)
+  layer._thor_hooked = True  # pylint: disable=protected-access
+
+
+def _convolves_by_op(layer) -> bool:
+  """Whether the layer's call is Keras' own, which runs `convolution_op` once on its input."""
+  return (type(layer).call is tf_keras.layers.Conv2D.call
+          and isinstance(layer.padding, str) and layer.padding in ("same", "valid")
+          and layer.rank == 2)
+
+
+def _hook_output(layer: tf_keras.layers.Layer, state: ThorLayer, thor: Thor) -> None:
+  """Wraps `layer.call`: its pre-activation output's gradient records the factors."""
   original = layer.call
 
   @tf.custom_gradient
@@ -645,26 +696,33 @@ def _hook(layer: tf_keras.layers.Layer, state: ThorLayer, thor: Thor) -> None:
 
   @functools.wraps(original)
   def call(inputs, *args, **kwargs):
-    return capture(inputs, original(inputs, *args, **kwargs))
+    activation = getattr(layer, "activation", None)
+    if activation is None or activation is tf_keras.activations.linear:
+      return capture(inputs, original(inputs, *args, **kwargs))
+    # Keras' Dense/Conv apply `self.activation` last when it is set; switched off for the
+    # call (traced one replica at a time), then applied to the captured output.
+    layer.activation = None
+    try:
+      outputs = original(inputs, *args, **kwargs)
+    finally:
+      layer.activation = activation
+    return activation(capture(inputs, outputs))
 
   layer.call = tf.autograph.experimental.do_not_convert(call)
-  layer._thor_hooked = True  # pylint: disable=protected-access
-  if state.kind == "conv" and _low_rank_allowed(layer, thor):
-    _hook_convolution(layer, state, thor)
 
 
 def _low_rank_allowed(layer, thor: Thor) -> bool:
   """The low-rank path replaces the kernel gradient: not when anything else must see it raw."""
   clipping = any(getattr(thor, name, None) for name in ("clipnorm", "clipvalue",
                                                          "global_clipnorm"))
-  return (thor.low_rank != "never" and not clipping and layer.kernel_regularizer is None
-          and isinstance(layer.padding, str) and layer.padding in ("same", "valid")
-          and layer.rank == 2)
+  return thor.low_rank != "never" and not clipping and layer.kernel_regularizer is None
 
 
 def _hook_convolution(layer: tf_keras.layers.Layer, state: ThorLayer, thor: Thor) -> None:
-  """Wraps `layer.convolution_op` so its kernel gradient can come out preconditioned."""
+  """Wraps `layer.convolution_op`: its backward pass records the factors and, where the
+  low-rank path pays, returns the kernel gradient already preconditioned."""
   original = layer.convolution_op
+  allowed = _low_rank_allowed(layer, thor)
 
   @tf.custom_gradient
   def convolution(inputs, kernel):
@@ -676,11 +734,9 @@ def _hook_convolution(layer: tf_keras.layers.Layer, state: ThorLayer, thor: Thor
       rows = None
       if inputs.shape[0] is not None and None not in dy.shape[1:3]:
         rows = int(inputs.shape[0]) * int(dy.shape[1]) * int(dy.shape[2])
-      state.preconditioned_in_backward = thor.uses_low_rank(state, rows)
-      if state.preconditioned_in_backward:
-        return dx, thor.conv_kernel_gradient(state, inputs, kernel, dy)
-      return dx, _conv_backprop(tf.raw_ops.Conv2DBackpropFilter, layer, input=inputs,
-                                filter_sizes=tf.shape(kernel), out_backprop=dy)
+      state.preconditioned_in_backward = allowed and thor.uses_low_rank(state, rows)
+      return dx, thor.conv_kernel_gradient(state, inputs, kernel, dy,
+                                           state.preconditioned_in_backward)
     return outputs, grad
 
   layer.convolution_op = tf.autograph.experimental.do_not_convert(convolution)
