@@ -82,10 +82,11 @@ other seeds (the grid's first-seed run is reused as that seed's run), and the ta
 medians over seeds per target; a seed that never reaches the target counts as infinitely
 slow. THOR's damping is the recipe's, fixed before this grid from a pilot (see the recipe).
 
-What a seed varies: Model Garden has no global seed; `task.train_data.seed` (set to the seed)
-fixes the training file order and the shuffle, the only seeded randomness. The model's
-initialization is unseeded in Model Garden and nascli, so it differs in every run (also
-between two runs with the same seed): seeds differ in shuffle order and in initialization.
+What a seed varies: each run is `nascli train --seed SEED`, which seeds the model's
+initialization and sets `task.train_data.seed` (file order and shuffle) and deterministic
+tf.data: SGD and THOR start seed k from the same weights and see the same batches in the same
+order, a paired comparison. Model Garden's random flips and crops still draw differently in
+every run (stateful random ops in a parallel map, which no seed orders).
 
 Refresh cost (in a child process, after the training runs): the THOR recipe (frequency set to
 10) three times, as is (low-rank preconditioning where it pays, float32), with kernel-sized
@@ -266,8 +267,8 @@ def dataset_info(data: Path) -> dict:
 
 # ------------------------------------------------------------------------------------ configs
 
-def override(optimizer: str, lr: float, seed: int, info: dict, epochs: float,
-             train_steps: int, loop: int) -> dict:
+def override(optimizer: str, lr: float, info: dict, epochs: float, train_steps: int,
+             loop: int) -> dict:
   """The --params_override applied over the optimizer's recipe for one run."""
   spe = info["steps_per_epoch"]
   trainer = {"train_steps": train_steps, "steps_per_loop": loop, "summary_interval": loop,
@@ -282,9 +283,7 @@ def override(optimizer: str, lr: float, seed: int, info: dict, epochs: float,
         "optimizer": {"thor": {"frequency": thor_frequency(spe), "steps_per_epoch": spe}},
         "learning_rate": {"thor_lr": {"lr_init": lr, "steps_per_epoch": spe,
                                       "lr_end_epoch": round(epochs * LR_END_PER_EPOCH, 3)}}}
-  return {"task": {"model": {"num_classes": info["num_classes"]},
-                   "train_data": {"seed": seed}},
-          "trainer": trainer}
+  return {"task": {"model": {"num_classes": info["num_classes"]}}, "trainer": trainer}
 
 
 def thor_frequency(steps_per_epoch: int) -> int:
@@ -439,11 +438,11 @@ def train_run(work: Path, name: str, info: dict, optimizer: str, lr: float, seed
   if model_dir.exists():
     shutil.rmtree(model_dir)
   model_dir.parent.mkdir(parents=True, exist_ok=True)
-  ov = override(optimizer, lr, seed, info, epochs, train_steps, loop)
+  ov = override(optimizer, lr, info, epochs, train_steps, loop)
   cmd = [sys.executable, "-m", "nascli", "train", "--experiment", EXPERIMENT,
          "--dataset_dir", info["path"], "--config_file", str(recipe(optimizer)),
          "--params_override", json.dumps(ov, separators=(",", ":")), "--mode",
-         "train_and_eval", "--model_dir", str(model_dir), "--json"]
+         "train_and_eval", "--model_dir", str(model_dir), "--seed", str(seed), "--json"]
   waited, disturbed = 0.0, []
   for attempt in range(1, MAX_ATTEMPTS + 1):
     if model_dir.exists():

@@ -41,6 +41,9 @@ class TrainArgs:
   # Stage 2: one searched architecture (Vertex's nas_params_str: JSON text or a .json file).
   nas_params_str: str | None = None
   search_space: str = "mnasnet"
+  # Seeds the initialization and, where the config sets none, task.train_data's seed
+  # and determinism.
+  seed: int | None = None
   # Config overrides from the caller (e.g. a NAS trial's architecture), applied last.
   extra_options: dict[str, Any] = dataclasses.field(default_factory=dict)
   fastnn: dict[str, Any] = dataclasses.field(default_factory=dict)
@@ -100,6 +103,12 @@ def plan(args: TrainArgs):
       hparams={k: v for k, v in args.fastnn.items()}, data=data,
       strategy=args.strategy, num_gpus=args.num_gpus, has_gpu=_has_gpu())
   run_plan = params_lib.build(spec)
+  if args.seed is not None:  # a seeded run is repeatable: tf.data keeps its order too
+    data_config = run_plan.params.task.train_data
+    run_plan.params = run_plan.params.replace(task={"train_data": {
+        "seed": args.seed if data_config.seed is None else data_config.seed,
+        "deterministic": True if data_config.deterministic is None else
+                         data_config.deterministic}})
   # The experiment's validate() does not descend into its fields; the optimizer's values would
   # otherwise fail only when Model Garden builds it, after the model dir is written.
   try:
@@ -245,6 +254,9 @@ def _train(args: TrainArgs, upload_to: str | None = None) -> dict:
   model_dir_lib.write_run_info(model_dir, {"experiment": run_plan.experiment,
                                            "steps_per_epoch": run_plan.steps_per_epoch,
                                            "argv": sys.argv[1:]})
+  if args.seed is not None:  # Model Garden builds the model unseeded
+    import tf_keras
+    tf_keras.utils.set_random_seed(args.seed)
   start = time.monotonic()
   # Orbit prints its own progress with print(): keep stdout for nascli's result, and show
   # Orbit's lines (on stderr) only with --verbose, since the log line and the bar say the same.

@@ -72,6 +72,9 @@ def _train(
     retrain_use_search_job_checkpoint: Annotated[bool, typer.Option(
         *flag("retrain_use_search_job_checkpoint"), help="Warm-start each backbone from its"
         " search trial's checkpoint.")] = False,
+    seed: Annotated[Optional[int], typer.Option(
+        *flag("seed"), help="Seeds the model's initialization (TensorFlow, NumPy, Python) and,"
+        " unless the config sets task.train_data.seed, the data order.")] = None,
     list_experiments: Annotated[bool, typer.Option(
         *flag("list_experiments"), help="List registered experiments and exit.")] = False,
     as_json: Annotated[bool, typer.Option(*flag("json"), help="Print the result as JSON.")]
@@ -92,7 +95,7 @@ def _train(
       dataset_name=dataset_name, dataset_dir=dataset_dir, train_files=train_files,
       model_dir=model_dir, strategy=strategy, num_gpus=num_gpus, mode=mode,
       keep_checkpoint_max=keep_checkpoint_max, verbose=verbose, nas_params_str=nas_params_str,
-      search_space=search_space, fastnn=fastnn or {})
+      search_space=search_space, seed=seed, fastnn=fastnn or {})
   if search_job_dir or train_nas_trial_numbers:
     if not (search_job_dir and train_nas_trial_numbers):
       raise typer.BadParameter("give --search_job_dir and --train_nas_trial_numbers together")
