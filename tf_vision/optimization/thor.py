@@ -1,15 +1,17 @@
 """THOR, MindSpore's second-order optimizer (K-FAC with block-diagonal factors), for tf_keras.
 
 Algorithm: shared/reference/fastnn_thor.md Part B. An optimizer sees only gradients, so the
-Kronecker factors are captured by the layers: `attach_thor(model, optimizer)` wraps the `call`
-of every tf_keras Conv2D and Dense (the Fisher blocks) with an identity whose custom gradient
-records, on refresh steps only,
+Kronecker factors are captured by the layers: `attach_thor(model, optimizer)` hooks every
+tf_keras Conv2D and Dense (the Fisher blocks): a Conv2D's `convolution_op` gets a custom
+gradient, and a Dense's (or a Conv2D subclass's own) `call` an identity with one on its
+pre-activation output (a fused `activation` is applied after it). On refresh steps only, the
+hook's backward records
 
   A = X^T X / M   X: the layer input as rows, im2col patches for a convolution
                   (tf.image.extract_patches, same strides/padding/dilation, rows in the kernel's
                   [kh, kw, C_in] order), M = N * T rows, T = output positions per example
                   (H_out * W_out for a conv, 1 for a Dense on [N, C] inputs);
-  G = D^T D / M   D: the output gradient as rows, multiplied by the global batch size N_g and
+  G = D^T D / M   D: the pre-activation output's gradient as rows, multiplied by the global batch size N_g and
                   divided by the loss scale, i.e. the gradient of each example's own loss when
                   the training loss is the mean over the global batch (Model Garden and Keras
                   divide each replica's mean by the replica count).
@@ -52,8 +54,9 @@ d_A = 4,608 for a 3x3x512 kernel), and preconditioning the rows costs a small fr
 kernel-sized product, whose final matmul replaces the kernel gradient's own. So between
 refreshes the hooked `convolution_op` of such a layer returns its kernel gradient already
 preconditioned with the standing inverses, and the update leaves it as is; at a refresh step
-it returns the plain gradient and the update preconditions it with the new inverses, as
-above. "auto" takes the path per layer when its flops are under half (`low_rank_pays`, from
+it returns the plain gradient (the factors are recorded in the same `tf.cond`), and the
+refresh's cond preconditions it with the new inverses, as above (a mirrored gradient in its
+own update). "auto" takes the path per layer when its flops are under half (`low_rank_pays`, from
 the static shapes seen while tracing). The result is the same up to float rounding. Between
 refreshes a tape's gradient of such a kernel is therefore the preconditioned one; a kernel
 regularizer or gradient clipping (which need the plain one) turns the path off.
