@@ -11,10 +11,11 @@ hook's backward records
                   (tf.image.extract_patches, same strides/padding/dilation, rows in the kernel's
                   [kh, kw, C_in] order), M = N * T rows, T = output positions per example
                   (H_out * W_out for a conv, 1 for a Dense on [N, C] inputs);
-  G = D^T D / M   D: the pre-activation output's gradient as rows, multiplied by the global batch size N_g and
-                  divided by the loss scale, i.e. the gradient of each example's own loss when
-                  the training loss is the mean over the global batch (Model Garden and Keras
-                  divide each replica's mean by the replica count).
+  G = D^T D / M   D: the gradient of the pre-activation output as rows, multiplied by the
+                  global batch size N_g and divided by the loss scale, i.e. the gradient of
+                  each example's own loss when the training loss is the mean over the global
+                  batch (Model Garden and Keras divide each replica's mean by the replica
+                  count).
 
 These are K-FAC's per-example-and-position averages, MindSpore's Ascend variant (§B.2); the GPU
 variant's batch-mean estimate is cruder. Both are computed in the backward pass, so a forward
