@@ -114,4 +114,5 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def run() -> None:
-  sys.exit(main())
+  from nascli import process_exit  # pylint: disable=g-import-not-at-top
+  process_exit.finish(main())
