@@ -71,6 +71,8 @@ def plan(args: TrainArgs):
   from tf_vision.configs import fastnn
   if args.mode not in MODES:
     raise NascliError(f"unknown --mode {args.mode!r}; known: {', '.join(MODES)}")
+  if args.seed is not None and not 0 <= args.seed < 2**32:
+    raise NascliError(f"--seed {args.seed} is out of range; allowed: 0 to 2**32 - 1")
   file_hparams = fastnn.parse_hparams_file(args.hparams_file) if args.hparams_file else {}
   data = params_lib.DataSpec(
       training_data_path=args.training_data_path,

@@ -154,3 +154,13 @@ def test_seed_fixes_the_initialization_and_the_data_order(cli, digits32, tmp_pat
   differ = [k for k in weights["a"] if not np.allclose(weights["c"][k], weights["a"][k],
                                                        atol=1e-3)]
   assert len(differ) == len(weights["a"])
+
+
+@pytest.mark.parametrize("seed", [-1, 2**32])
+def test_seed_out_of_range_one_line_exit_1_no_model_dir(cli, digits32, tmp_path, seed):
+  model_dir = tmp_path / "model"
+  code, out, err = cli("train", "--dataset_dir", digits32, "--model_dir", model_dir, "--seed",
+                       seed)
+  assert code == 1 and out == ""
+  assert err == f"Error: --seed {seed} is out of range; allowed: 0 to 2**32 - 1\n"
+  assert not model_dir.exists()
