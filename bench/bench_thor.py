@@ -493,14 +493,32 @@ def train_run(work: Path, name: str, info: dict, optimizer: str, lr: float, seed
 
 # ----------------------------------------------------------------------------- refresh cost
 
+def build_recipe(optimizer: str, thor_settings: dict | None, dataset_dir: str, strategy):
+  """(params, task, model, optimizer, hooked layer names) of a recipe under `strategy`, THOR
+  attached, as `nascli train` builds them (also used by bench_thor_startup.py)."""
+  # pylint: disable=g-import-not-at-top
+  from nascli import training
+  from official.core import task_factory
+  from tf_vision.optimization import thor
+  ov = {"task": {"train_data": {"seed": 1}}}
+  if optimizer == "thor" and thor_settings:
+    ov["trainer"] = {"optimizer_config": {"optimizer": {"thor": thor_settings}}}
+  params = training.plan(training.TrainArgs(
+      experiment=EXPERIMENT, config_files=[str(recipe(optimizer))],
+      params_override=json.dumps(ov), dataset_dir=dataset_dir, mode="train")).params
+  with strategy.scope():
+    task = task_factory.get_task(params.task)
+    model = task.build_model()
+    opt = task.create_optimizer(params.trainer.optimizer_config, params.runtime)
+    hooked = thor.maybe_attach_thor(model, opt)
+  return params, task, model, opt, hooked
+
+
 def refresh_worker(spec: dict) -> None:
   """(In a child process) times THOR refresh steps, ordinary THOR steps and SGD steps."""
   # pylint: disable=g-import-not-at-top
   import numpy as np
   import tensorflow as tf
-  from nascli import training
-  from official.core import task_factory
-  from tf_vision.optimization import thor
   strategy = tf.distribute.OneDeviceStrategy("/cpu:0")
   built = {}
   # THOR three times: the recipe (low-rank where it pays, float32), the kernel-sized
@@ -508,19 +526,10 @@ def refresh_worker(spec: dict) -> None:
   variants = {"thor": ("thor", {}), "thor_kernel": ("thor", {"low_rank": "never"}),
               "thor_bf16": ("thor", {"precondition_dtype": "bfloat16"}), "sgd": ("sgd", None)}
   for variant, (optimizer, settings) in variants.items():
-    ov = {"task": {"train_data": {"seed": 1}}}
-    if optimizer == "thor":
-      ov["trainer"] = {"optimizer_config": {"optimizer": {"thor": {
-          "frequency": spec["frequency"], **settings}}}}
-    plan = training.plan(training.TrainArgs(
-        experiment=EXPERIMENT, config_files=[str(recipe(optimizer))],
-        params_override=json.dumps(ov), dataset_dir=spec["dataset_dir"], mode="train"))
-    params = plan.params
-    with strategy.scope():
-      task = task_factory.get_task(params.task)
-      model = task.build_model()
-      opt = task.create_optimizer(params.trainer.optimizer_config, params.runtime)
-      hooked = thor.maybe_attach_thor(model, opt)
+    thor_settings = (None if settings is None
+                     else {"frequency": spec["frequency"], **settings})
+    params, task, model, opt, hooked = build_recipe(optimizer, thor_settings,
+                                                    spec["dataset_dir"], strategy)
     if optimizer == "thor" and not hooked:
       raise SystemExit("no layer hooked into THOR")
     if "batch" not in built:

@@ -21,9 +21,7 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-RECIPES = ROOT / "tf_vision" / "configs" / "experiments"
-RECIPE = {"sgd": RECIPES / "digits_resnet10_cpu.yaml",
-          "thor": RECIPES / "digits_resnet10_thor_cpu.yaml"}
+OPTIMIZERS = ("sgd", "thor")
 
 
 def measure(optimizer: str, data: str, steps_per_loop: int, low_rank: str) -> dict:
@@ -32,21 +30,12 @@ def measure(optimizer: str, data: str, steps_per_loop: int, low_rank: str) -> di
   sys.path.insert(0, str(ROOT))
   import orbit
   import tensorflow as tf
-  from official.core import task_factory
-  from nascli import training
-  from tf_vision.optimization import thor, wrappers
-  override = {"task": {"train_data": {"seed": 1}}}
-  if optimizer == "thor":
-    override["trainer"] = {"optimizer_config": {"optimizer": {"thor": {"low_rank": low_rank}}}}
-  params = training.plan(training.TrainArgs(
-      experiment="nascli_classification", config_files=[str(RECIPE[optimizer])],
-      params_override=json.dumps(override), dataset_dir=data, mode="train")).params
+  from bench_thor import build_recipe
+  from tf_vision.optimization import wrappers
   strategy = tf.distribute.OneDeviceStrategy("/cpu:0")
-  with strategy.scope():
-    task = task_factory.get_task(params.task)
-    model = task.build_model()
-    opt = task.create_optimizer(params.trainer.optimizer_config, params.runtime)
-    thor.maybe_attach_thor(model, opt)
+  params, task, model, opt, _ = build_recipe(
+      optimizer, {"low_rank": low_rank} if optimizer == "thor" else None, data, strategy)
+  with strategy.scope():  # slots before tracing, as `nascli train` does
     wrappers.create_slots(opt, model.trainable_variables)
   dataset = strategy.distribute_datasets_from_function(
       lambda ctx: task.build_inputs(params.task.train_data, ctx))
@@ -82,7 +71,7 @@ def main() -> None:
   parser.add_argument("--data", default="/tmp/nascli_bench_thor/data/digits32")
   parser.add_argument("--steps_per_loop", type=int, default=11)
   parser.add_argument("--low_rank", default="auto", choices=["auto", "always", "never"])
-  parser.add_argument("--child", choices=sorted(RECIPE), help=argparse.SUPPRESS)
+  parser.add_argument("--child", choices=OPTIMIZERS, help=argparse.SUPPRESS)
   args = parser.parse_args()
   if args.child:
     print(json.dumps(measure(args.child, args.data, args.steps_per_loop, args.low_rank)))
@@ -90,7 +79,7 @@ def main() -> None:
   if not Path(args.data).is_dir():
     sys.exit(f"no data set in {args.data}: run bench/bench_thor.py once, or give --data")
   rows = []
-  for optimizer in ("sgd", "thor"):
+  for optimizer in OPTIMIZERS:
     proc = subprocess.run(
         [sys.executable, __file__, "--child", optimizer, "--data", args.data,
          "--steps_per_loop", str(args.steps_per_loop), "--low_rank", args.low_rank],
