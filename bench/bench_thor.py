@@ -1,7 +1,8 @@
 """THOR against SGD with momentum on CPU: steps and wall time to a validation accuracy (issue 6).
 
     python bench/bench_thor.py [--datasets digits,shapes] [--seeds 1,2,3] [--quick]
-                               [--sgd_lrs 0.0125,0.025,0.05,0.1] [--thor_lrs 0.025,0.05,0.1,0.2]
+                               [--sgd_lrs 0.00625,0.0125,0.025,0.05,0.1]
+                               [--thor_lrs 0.025,0.05,0.1,0.2] [--evals_per_epoch 8]
                                [--targets digits=0.9/0.98,shapes=0.55/0.75]
                                [--epochs digits=9,shapes=9]
                                [--work_dir /tmp/nascli_bench_thor] [--out bench/results/thor.json]
@@ -35,9 +36,11 @@ Every training run is the real command, a fresh process and a fresh model dir:
         (digits 11, shapes 16: four refreshes per epoch, dividing the epoch as THOR requires);
         the grid varies lr_init.
   Both: the same step budget per data set (--epochs, default 9 epochs), steps_per_loop =
-  validation_interval = summary_interval = a quarter epoch (11 / 16 steps, THOR's refresh
-  period), so every training loop is followed by an evaluation on the whole validation split
-  (validation_steps -1); one checkpoint, at the end.
+  validation_interval = summary_interval = an eighth of an epoch (--evals_per_epoch 8:
+  digits 5 steps (44 // 8), 395 in all; shapes 8 steps, 576 in all), so every training loop
+  is followed by an evaluation on the whole validation split (validation_steps -1); one
+  checkpoint, at the end. The loops need not line up with THOR's refreshes (those follow the
+  optimizer's step counter).
 
 What is measured, per run:
   steps to target  the first evaluated step whose validation top-1 ('accuracy' in
@@ -50,7 +53,10 @@ What is measured, per run:
                    (digits: SGD 0.989 -> 0.98; shapes: THOR 0.78 -> 0.75). The late target was
                    added because THOR reached 0.90 on digits at its first evaluation, where
                    the ratio measures start-up rather than optimization.
-                   Resolution: one evaluation per quarter epoch (was half an epoch).
+                   Resolution: one evaluation per eighth of an epoch (--evals_per_epoch; was
+                   a quarter until 2026-11-30, where shapes' late ratio, 0.625, sat one
+                   16-step evaluation above the issue's 0.6 and a quarter epoch was 10% of
+                   THOR's steps to it; half an epoch before that).
   wall to target   the sum of the TRAINING loop durations up to that step. A loop's duration
                    is taken from the event files, not from train_metrics.jsonl: in
                    train_and_eval mode both nascli's per-loop timer (train_metrics.jsonl) and
@@ -72,10 +78,11 @@ What is measured, per run:
   exit after done  seconds from the run's job_status.json (written when training and the
                    last evaluation are done) to the process's exit.
 
-Learning rate: a grid per optimizer (--sgd_lrs, --thor_lrs) on the first seed, each spanning 8x
-(SGD 0.0125-0.1; THOR lr_init 0.025-0.2, around the recipe's 0.05 for its damping 1.0).
-Earlier SGD grids (0.05-0.4, then 0.025-0.2) tuned it to their lowest value, so its grid moved
-down twice, each keeping the last winner inside. Each target tunes its own lr per optimizer:
+Learning rate: a grid per optimizer (--sgd_lrs, --thor_lrs) on the first seed (SGD
+0.00625-0.1, 16x; THOR lr_init 0.025-0.2, 8x, around the recipe's 0.05 for its damping 1.0).
+Earlier SGD grids (0.05-0.4, then 0.025-0.2, then 0.0125-0.1) tuned it to their lowest value
+on some target (the last: shapes 0.75 at 0.0125), so its grid moved down three times, each
+keeping the last winner inside. Each target tunes its own lr per optimizer:
 the lr with the fewest steps to it wins (ties: the higher final accuracy, then the smaller lr;
 a diverged run only wins when nothing else reached the target). The tuned lrs then run on the
 other seeds (the grid's first-seed run is reused as that seed's run), and the table gives
@@ -85,8 +92,9 @@ slow. THOR's damping is the recipe's, fixed before this grid from a pilot (see t
 What a seed varies: each run is `nascli train --seed SEED`, which seeds the model's
 initialization and sets `task.train_data.seed` (file order and shuffle) and deterministic
 tf.data: SGD and THOR start seed k from the same weights and see the same batches in the same
-order, a paired comparison. Model Garden's random flips and crops still draw differently in
-every run (stateful random ops in a parallel map, which no seed orders).
+order, a paired comparison. Both recipes turn Model Garden's random flips and crops off
+(`aug_crop`, `aug_rand_hflip`: false), so a seed's run repeats: seeds 1-3 gave the same steps
+to target in a 3-seed and a 5-seed run.
 
 Refresh cost (in a child process, after the training runs): the THOR recipe (frequency set to
 10) three times, as is (low-rank preconditioning where it pays, float32), with kernel-sized
@@ -102,9 +110,10 @@ amortized step time at the data sets' refresh frequencies.
 Ratios reported per data set and target: THOR / SGD median steps to target and median wall to
 target, against the issue's targets (<= 0.6x steps, <= 0.85x wall).
 
-Budget: the default (2 data sets, 4 + 4 grid runs plus 2 seeds x 2 optimizers x the distinct
-tuned lrs of the 2 targets each: 24-32 training runs of 396 / 576 steps with 36 evaluations
-each, about 30-50 s per process, then the refresh timing) takes about 20-25 minutes on 2 cores.
+Budget: the default (2 data sets, 5 + 4 grid runs plus 2 seeds x 2 optimizers x the distinct
+tuned lrs of the 2 targets each: 26-34 training runs of 395 / 576 steps with 79 / 72
+evaluations each, about 30-50 s per process, then the refresh timing) takes about 25 minutes
+on 2 cores; --seeds 1,2,3,4,5 about 35.
 --quick is a smoke test: one lr per optimizer, one seed, two loops per run, a short refresh
 timing; its report goes to WORK_DIR/thor_quick.json unless --out is given.
 
@@ -141,7 +150,7 @@ IMAGE_SIZE = 32
 DATASETS = ("digits", "shapes")
 # Per data set an early and a late target (the module docstring says how they were chosen).
 DEFAULT_TARGETS = {"digits": [0.90, 0.98], "shapes": [0.55, 0.75]}
-EVALS_PER_EPOCH = 4  # one training loop + evaluation per quarter epoch
+EVALS_PER_EPOCH = 8  # one training loop + evaluation per eighth of an epoch (--evals_per_epoch)
 DEFAULT_EPOCHS = {"digits": 9, "shapes": 9}
 # The THOR recipe's lr_end_epoch (12) over its trained epochs (9): kept when the budget changes.
 LR_END_PER_EPOCH = 12 / 9
@@ -648,7 +657,7 @@ def _key(run: dict, target: str) -> tuple:
 
 def study(args, name: str, info: dict, seeds: list[int], wait: bool) -> dict:
   spe = info["steps_per_epoch"]
-  loop = max(1, spe // EVALS_PER_EPOCH)
+  loop = max(1, spe // args.evals_per_epoch)
   epochs = args.epochs[name]
   train_steps = 2 * loop if args.quick else int(round(epochs * spe / loop)) * loop
   targets = args.targets[name]
@@ -808,12 +817,14 @@ def main() -> None:
   parser.add_argument("--seeds", default="1,2,3")
   parser.add_argument("--quick", action="store_true",
                       help="smoke test: one lr each, one seed, two loops per run")
-  parser.add_argument("--sgd_lrs", default="0.0125,0.025,0.05,0.1")
+  parser.add_argument("--sgd_lrs", default="0.00625,0.0125,0.025,0.05,0.1")
   parser.add_argument("--thor_lrs", default="0.025,0.05,0.1,0.2")
   parser.add_argument("--targets", default="",
                       help="per data set, '/'-separated, e.g. digits=0.9/0.98,shapes=0.55/0.75"
                            " (default: the constants)")
   parser.add_argument("--epochs", default="", help="per data set step budget in epochs")
+  parser.add_argument("--evals_per_epoch", type=int, default=EVALS_PER_EPOCH,
+                      help="training loops, each followed by an evaluation, per epoch")
   parser.add_argument("--refresh_frequency", type=int, default=10)
   parser.add_argument("--refresh_warmup", type=int, default=20)
   parser.add_argument("--refresh_steps", type=int, default=200)
@@ -848,13 +859,15 @@ def main() -> None:
             "machine": host.machine(),
             "settings": {"quick": args.quick, "seeds": seeds, "sgd_lrs": args.sgd_lrs,
                          "thor_lrs": args.thor_lrs, "targets": args.targets,
-                         "epochs": args.epochs, "global_batch_size": GLOBAL_BATCH,
+                         "epochs": args.epochs, "evals_per_epoch": args.evals_per_epoch,
+                         "global_batch_size": GLOBAL_BATCH,
                          "experiment": EXPERIMENT, "sgd_recipe": str(SGD_RECIPE.relative_to(REPO)),
                          "thor_recipe": str(THOR_RECIPE.relative_to(REPO)),
                          "shapes": {"classes": SHAPE_CLASSES, "seed": SHAPES_SEED,
                                     "train": SHAPES_TRAIN, "validation": SHAPES_VALIDATION},
-                         "seed_varies": "task.train_data.seed (file order and shuffle); the"
-                                        " model initialization is unseeded in every run",
+                         "seed_varies": "nascli train --seed: the model initialization,"
+                                        " task.train_data.seed (file order and shuffle),"
+                                        " deterministic tf.data; not the augmentation draws",
                          "issue_targets": {"steps_ratio": TARGET_STEPS_RATIO,
                                            "wall_ratio": TARGET_WALL_RATIO}},
             "datasets": {}}
