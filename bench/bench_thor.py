@@ -28,13 +28,17 @@ Every training run is the real command, a fresh process and a fresh model dir:
         1e-4 in the loss, no label smoothing; the grid varies the initial learning rate.
   THOR  tf_vision/configs/experiments/digits_resnet10_thor_cpu.yaml: ResNet-10, batch 32,
         momentum 0.9, damping 1.0 * 0.87 ** (epoch / 10) (the recipe's comment says why
-        1.0), block 128, low-rank
-        preconditioning where it pays (low_rank auto), weight decay 5e-4 after
-        preconditioning, label smoothing 0.1, lr_init * (1 - epoch / lr_end_epoch) ** 4 with
+        1.0), block 128, low-rank preconditioning where it pays (low_rank auto), weight decay
+        after preconditioning, lr_init * (1 - epoch / lr_end_epoch) ** 4 with
         lr_end_epoch = 12 for the recipe's 9 epochs (scaled with the budget: epochs * 4/3);
         steps_per_epoch set to the data set's, refresh `frequency` = steps_per_epoch / 4
         (digits 11, shapes 16: four refreshes per epoch, dividing the epoch as THOR requires);
-        the grid varies lr_init.
+        the grid varies lr_init. Regularization (--thor_loss): `sgd` (default since
+        2026-11-30) gives THOR the SGD recipe's objective, read from its YAML: its label
+        smoothing (none) and its L2 strength (1e-4) as THOR's weight decay, added after
+        preconditioning as THOR does (an L2 term in the loss would turn the low-rank path
+        off), on the kernels only, as Model Garden's L2 (BatchNorm and biases excluded); `recipe` keeps the THOR recipe's label smoothing 0.1 and weight decay 5e-4, as
+        every earlier run did. So both optimizers see the same loss and decay strength.
   Both: the same step budget per data set (--epochs, default 9 epochs), steps_per_loop =
   validation_interval = summary_interval = an eighth of an epoch (--evals_per_epoch 8:
   digits 5 steps (44 // 8), 395 in all; shapes 8 steps, 576 in all), so every training loop
@@ -276,10 +280,24 @@ def dataset_info(data: Path) -> dict:
 
 # ------------------------------------------------------------------------------------ configs
 
+# Model Garden's `l2_weight_decay` regularizes conv and dense kernels only; THOR's weight decay
+# (MindSpore: every tensor) skips these too when it stands in for it.
+NOT_REGULARIZED = ("gamma", "beta", "bias")
+
+
+def sgd_regularization() -> dict:
+  """The SGD recipe's label smoothing and L2 strength (Model Garden's defaults where unset)."""
+  import yaml  # pylint: disable=g-import-not-at-top
+  losses = (yaml.safe_load(SGD_RECIPE.read_text()).get("task") or {}).get("losses") or {}
+  return {"label_smoothing": float(losses.get("label_smoothing", 0.0)),
+          "weight_decay": float(losses.get("l2_weight_decay", 0.0))}
+
+
 def override(optimizer: str, lr: float, info: dict, epochs: float, train_steps: int,
-             loop: int) -> dict:
+             loop: int, thor_loss: str = "sgd") -> dict:
   """The --params_override applied over the optimizer's recipe for one run."""
   spe = info["steps_per_epoch"]
+  task = {"model": {"num_classes": info["num_classes"]}}
   trainer = {"train_steps": train_steps, "steps_per_loop": loop, "summary_interval": loop,
              "validation_interval": loop, "validation_steps": -1,
              "checkpoint_interval": train_steps}
@@ -288,11 +306,17 @@ def override(optimizer: str, lr: float, info: dict, epochs: float, train_steps: 
         "learning_rate": {"cosine": {"initial_learning_rate": lr, "decay_steps": train_steps}},
         "warmup": {"linear": {"warmup_steps": max(1, round(train_steps / 20))}}}
   else:
+    thor = {"frequency": thor_frequency(spe), "steps_per_epoch": spe}
+    if thor_loss == "sgd":  # SGD's objective: its smoothing, its L2 as THOR's weight decay
+      reg = sgd_regularization()
+      task["losses"] = {"label_smoothing": reg["label_smoothing"]}
+      thor["weight_decay"] = reg["weight_decay"]
+      thor["exclude_from_weight_decay"] = list(NOT_REGULARIZED)  # as Model Garden's L2
     trainer["optimizer_config"] = {
-        "optimizer": {"thor": {"frequency": thor_frequency(spe), "steps_per_epoch": spe}},
+        "optimizer": {"thor": thor},
         "learning_rate": {"thor_lr": {"lr_init": lr, "steps_per_epoch": spe,
                                       "lr_end_epoch": round(epochs * LR_END_PER_EPOCH, 3)}}}
-  return {"task": {"model": {"num_classes": info["num_classes"]}}, "trainer": trainer}
+  return {"task": task, "trainer": trainer}
 
 
 def thor_frequency(steps_per_epoch: int) -> int:
@@ -442,12 +466,12 @@ def _to_target(evals, loops, per_step, target: float) -> dict:
 
 def train_run(work: Path, name: str, info: dict, optimizer: str, lr: float, seed: int,
               epochs: float, train_steps: int, loop: int, targets: list[float],
-              wait: bool) -> dict:
+              wait: bool, thor_loss: str = "sgd") -> dict:
   model_dir = work / "runs" / name / f"{optimizer}_lr{lr:g}_seed{seed}"
   if model_dir.exists():
     shutil.rmtree(model_dir)
   model_dir.parent.mkdir(parents=True, exist_ok=True)
-  ov = override(optimizer, lr, info, epochs, train_steps, loop)
+  ov = override(optimizer, lr, info, epochs, train_steps, loop, thor_loss)
   cmd = [sys.executable, "-m", "nascli", "train", "--experiment", EXPERIMENT,
          "--dataset_dir", info["path"], "--config_file", str(recipe(optimizer)),
          "--params_override", json.dumps(ov, separators=(",", ":")), "--mode",
@@ -667,7 +691,8 @@ def study(args, name: str, info: dict, seeds: list[int], wait: bool) -> dict:
         f" {spe} steps/epoch, {train_steps} steps, loops of {loop}, THOR frequency"
         f" {thor_frequency(spe)}, targets {', '.join(keys)}", flush=True)
   runs: list[dict] = []
-  common = dict(epochs=epochs, train_steps=train_steps, loop=loop, targets=targets, wait=wait)
+  common = dict(epochs=epochs, train_steps=train_steps, loop=loop, targets=targets, wait=wait,
+                thor_loss=args.thor_loss)
   # Grid on the first seed, SGD and THOR interleaved so that machine drift hits both.
   for i in range(max(len(v) for v in grids.values())):
     for optimizer in ("sgd", "thor"):
@@ -823,6 +848,9 @@ def main() -> None:
                       help="per data set, '/'-separated, e.g. digits=0.9/0.98,shapes=0.55/0.75"
                            " (default: the constants)")
   parser.add_argument("--epochs", default="", help="per data set step budget in epochs")
+  parser.add_argument("--thor_loss", choices=("sgd", "recipe"), default="sgd",
+                      help="sgd: THOR gets the SGD recipe's label smoothing, and its L2 strength"
+                           " as weight decay; recipe: the THOR recipe's own (0.1, 5e-4)")
   parser.add_argument("--evals_per_epoch", type=int, default=EVALS_PER_EPOCH,
                       help="training loops, each followed by an evaluation, per epoch")
   parser.add_argument("--refresh_frequency", type=int, default=10)
@@ -860,6 +888,7 @@ def main() -> None:
             "settings": {"quick": args.quick, "seeds": seeds, "sgd_lrs": args.sgd_lrs,
                          "thor_lrs": args.thor_lrs, "targets": args.targets,
                          "epochs": args.epochs, "evals_per_epoch": args.evals_per_epoch,
+                         "thor_loss": args.thor_loss,
                          "global_batch_size": GLOBAL_BATCH,
                          "experiment": EXPERIMENT, "sgd_recipe": str(SGD_RECIPE.relative_to(REPO)),
                          "thor_recipe": str(THOR_RECIPE.relative_to(REPO)),
