@@ -37,8 +37,9 @@ Every training run is the real command, a fresh process and a fresh model dir:
         2026-11-30) gives THOR the SGD recipe's objective, read from its YAML: its label
         smoothing (none) and its L2 strength (1e-4) as THOR's weight decay, added after
         preconditioning as THOR does (an L2 term in the loss would turn the low-rank path
-        off), on the kernels only, as Model Garden's L2 (BatchNorm and biases excluded); `recipe` keeps the THOR recipe's label smoothing 0.1 and weight decay 5e-4, as
-        every earlier run did. So both optimizers see the same loss and decay strength.
+        off), on the kernels only, as Model Garden's L2 (BatchNorm and biases excluded);
+        `recipe` keeps the THOR recipe's label smoothing 0.1 and weight decay 5e-4, as every
+        earlier run did. So both optimizers see the same loss and decay strength.
   Both: the same step budget per data set (--epochs, default 9 epochs), steps_per_loop =
   validation_interval = summary_interval = an eighth of an epoch (--evals_per_epoch 8:
   digits 5 steps (44 // 8), 395 in all; shapes 8 steps, 576 in all), so every training loop
@@ -103,8 +104,8 @@ to target in a 3-seed and a 5-seed run.
 Refresh cost (in a child process, after the training runs): the THOR recipe (frequency set to
 10) three times, as is (low-rank preconditioning where it pays, float32), with kernel-sized
 preconditioning of every layer (low_rank never) and with bfloat16 preconditioning matmuls
-(precondition_dtype), and the SGD recipe on the digits data, each with its own ResNet-10 under a OneDeviceStrategy,
-one fixed training batch, the Orbit-style step `strategy.run(task.train_step)` in a tf.function,
+(precondition_dtype), and the SGD recipe on the digits data, each with its own ResNet-10
+under a OneDeviceStrategy, one fixed training batch, the Orbit-style step `strategy.run(task.train_step)` in a tf.function,
 each step timed to the loss's value; after --refresh_warmup steps, --refresh_steps steps of each
 variant in alternating blocks of 10 (one refresh cycle). Reported: median refresh-step time
 (THOR steps 0, 10, 20, ...: the factors A and G recorded in the backward pass, then the damped
@@ -286,16 +287,19 @@ NOT_REGULARIZED = ("gamma", "beta", "bias")
 
 
 def sgd_regularization() -> dict:
-  """The SGD recipe's label smoothing and L2 strength (Model Garden's defaults where unset)."""
+  """THOR's overrides for the SGD recipe's objective: its label smoothing, and its L2 strength
+  as weight decay on the kernels (Model Garden's defaults, 0, where the recipe is silent)."""
   import yaml  # pylint: disable=g-import-not-at-top
   losses = (yaml.safe_load(SGD_RECIPE.read_text()).get("task") or {}).get("losses") or {}
   return {"label_smoothing": float(losses.get("label_smoothing", 0.0)),
-          "weight_decay": float(losses.get("l2_weight_decay", 0.0))}
+          "weight_decay": float(losses.get("l2_weight_decay", 0.0)),
+          "exclude_from_weight_decay": list(NOT_REGULARIZED)}
 
 
 def override(optimizer: str, lr: float, info: dict, epochs: float, train_steps: int,
-             loop: int, thor_loss: str = "sgd") -> dict:
-  """The --params_override applied over the optimizer's recipe for one run."""
+             loop: int, thor_regularization: dict | None) -> dict:
+  """The --params_override applied over the optimizer's recipe for one run; THOR's recipe
+  regularization is replaced by `thor_regularization` (`sgd_regularization`) unless None."""
   spe = info["steps_per_epoch"]
   task = {"model": {"num_classes": info["num_classes"]}}
   trainer = {"train_steps": train_steps, "steps_per_loop": loop, "summary_interval": loop,
@@ -307,11 +311,10 @@ def override(optimizer: str, lr: float, info: dict, epochs: float, train_steps: 
         "warmup": {"linear": {"warmup_steps": max(1, round(train_steps / 20))}}}
   else:
     thor = {"frequency": thor_frequency(spe), "steps_per_epoch": spe}
-    if thor_loss == "sgd":  # SGD's objective: its smoothing, its L2 as THOR's weight decay
-      reg = sgd_regularization()
-      task["losses"] = {"label_smoothing": reg["label_smoothing"]}
-      thor["weight_decay"] = reg["weight_decay"]
-      thor["exclude_from_weight_decay"] = list(NOT_REGULARIZED)  # as Model Garden's L2
+    if thor_regularization is not None:
+      task["losses"] = {"label_smoothing": thor_regularization["label_smoothing"]}
+      thor["weight_decay"] = thor_regularization["weight_decay"]
+      thor["exclude_from_weight_decay"] = thor_regularization["exclude_from_weight_decay"]
     trainer["optimizer_config"] = {
         "optimizer": {"thor": thor},
         "learning_rate": {"thor_lr": {"lr_init": lr, "steps_per_epoch": spe,
@@ -466,12 +469,12 @@ def _to_target(evals, loops, per_step, target: float) -> dict:
 
 def train_run(work: Path, name: str, info: dict, optimizer: str, lr: float, seed: int,
               epochs: float, train_steps: int, loop: int, targets: list[float],
-              wait: bool, thor_loss: str = "sgd") -> dict:
+              wait: bool, thor_regularization: dict | None) -> dict:
   model_dir = work / "runs" / name / f"{optimizer}_lr{lr:g}_seed{seed}"
   if model_dir.exists():
     shutil.rmtree(model_dir)
   model_dir.parent.mkdir(parents=True, exist_ok=True)
-  ov = override(optimizer, lr, info, epochs, train_steps, loop, thor_loss)
+  ov = override(optimizer, lr, info, epochs, train_steps, loop, thor_regularization)
   cmd = [sys.executable, "-m", "nascli", "train", "--experiment", EXPERIMENT,
          "--dataset_dir", info["path"], "--config_file", str(recipe(optimizer)),
          "--params_override", json.dumps(ov, separators=(",", ":")), "--mode",
@@ -692,7 +695,7 @@ def study(args, name: str, info: dict, seeds: list[int], wait: bool) -> dict:
         f" {thor_frequency(spe)}, targets {', '.join(keys)}", flush=True)
   runs: list[dict] = []
   common = dict(epochs=epochs, train_steps=train_steps, loop=loop, targets=targets, wait=wait,
-                thor_loss=args.thor_loss)
+                thor_regularization=args.thor_regularization)
   # Grid on the first seed, SGD and THOR interleaved so that machine drift hits both.
   for i in range(max(len(v) for v in grids.values())):
     for optimizer in ("sgd", "thor"):
@@ -869,6 +872,7 @@ def main() -> None:
   args.sgd_lrs, args.thor_lrs = _floats(args.sgd_lrs), _floats(args.thor_lrs)
   args.targets = {**DEFAULT_TARGETS, **_parse_map(args.targets, _targets)}
   args.epochs = {**DEFAULT_EPOCHS, **_parse_map(args.epochs, float)}
+  args.thor_regularization = sgd_regularization() if args.thor_loss == "sgd" else None
   if args.quick:
     seeds = seeds[:1]
     args.sgd_lrs, args.thor_lrs = [0.1], [0.02]
@@ -889,6 +893,7 @@ def main() -> None:
                          "thor_lrs": args.thor_lrs, "targets": args.targets,
                          "epochs": args.epochs, "evals_per_epoch": args.evals_per_epoch,
                          "thor_loss": args.thor_loss,
+                         "thor_regularization": args.thor_regularization,
                          "global_batch_size": GLOBAL_BATCH,
                          "experiment": EXPERIMENT, "sgd_recipe": str(SGD_RECIPE.relative_to(REPO)),
                          "thor_recipe": str(THOR_RECIPE.relative_to(REPO)),
@@ -896,7 +901,8 @@ def main() -> None:
                                     "train": SHAPES_TRAIN, "validation": SHAPES_VALIDATION},
                          "seed_varies": "nascli train --seed: the model initialization,"
                                         " task.train_data.seed (file order and shuffle),"
-                                        " deterministic tf.data; not the augmentation draws",
+                                        " deterministic tf.data (both recipes have random"
+                                        " flips and crops off)",
                          "issue_targets": {"steps_ratio": TARGET_STEPS_RATIO,
                                            "wall_ratio": TARGET_WALL_RATIO}},
             "datasets": {}}
