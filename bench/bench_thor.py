@@ -868,6 +868,8 @@ def main() -> None:
   for n in names:
     if n not in DATASETS:
       parser.error(f"unknown data set {n!r}; known: {', '.join(DATASETS)}")
+  if args.evals_per_epoch < 1:
+    parser.error(f"--evals_per_epoch {args.evals_per_epoch}: must be at least 1")
   seeds = [int(s) for s in args.seeds.split(",") if s.strip()]
   args.sgd_lrs, args.thor_lrs = _floats(args.sgd_lrs), _floats(args.thor_lrs)
   args.targets = {**DEFAULT_TARGETS, **_parse_map(args.targets, _targets)}
