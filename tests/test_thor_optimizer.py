@@ -591,6 +591,114 @@ def test_refresh_skipped_by_loss_scaling_is_retried_next_step():
 # --- attach ---------------------------------------------------------------------------------
 
 
+# --- where the factors are recorded --------------------------------------------------------
+
+
+def _dense_step_and_reference(step_fn, **thor_kwargs):
+  """A refresh step (lr 1, momentum 0) of a Dense layer run by `step_fn(model, opt, x, t)`:
+  (the kernel's change, the NumPy reference's, the optimizer)."""
+  tf_keras.utils.set_random_seed(1)
+  layer = tf_keras.layers.Dense(3, name="head")
+  model = tf_keras.Sequential([tf_keras.Input((5,)), layer])
+  x, t = _data(0, 4, 5), _data(1, 4, 3)
+  inputs, dy, dk, _ = _layer_grads(layer, x, t)
+  k0 = layer.kernel.numpy()
+  opt = thor.Thor(learning_rate=1.0, momentum=0.0, frequency=1, damping=0.05, **thor_kwargs)
+  assert thor.attach_thor(model, opt) == ["head"]
+  step_fn(model, opt, x, t)
+  a_inv, g_inv = np_inverses(inputs, dy, 4, 0.05, 128)
+  return k0 - layer.kernel.numpy(), np_precondition(dk, a_inv, g_inv), opt
+
+
+def _gradients(model, x, t):
+  with tf.GradientTape() as tape:
+    loss = _loss(model, x, t)
+  return tape.gradient(loss, model.trainable_variables)
+
+
+def test_layers_updated_in_the_update_record_in_one_cond():
+  tf_keras.utils.set_random_seed(3)
+  model = tf_keras.Sequential([
+      tf_keras.Input((6, 6, 3)), tf_keras.layers.Conv2D(4, 3), tf_keras.layers.Flatten(),
+      tf_keras.layers.Dense(5), tf_keras.layers.Dense(2)])
+  opt = thor.Thor(learning_rate=0.1, frequency=2, low_rank="never")
+  assert len(thor.attach_thor(model, opt)) == 3
+  step = _train_step(model, opt)
+  x, t = _data(5, 2, 6, 6, 3), _data(6, 2, 2)
+  graph = step.get_concrete_function(x, t).graph
+  conds = [op for op in graph.get_operations() if op.type in ("If", "StatelessIf")]
+  assert len(conds) == 2  # one records the three layers' factors, one refreshes
+  step(x, t)
+  for state in opt.thor_layers:
+    assert np.any(state.a.numpy()) and np.any(state.g.numpy())
+  assert not opt._deferred
+
+
+def test_eager_step_is_exact():
+  def eager(model, opt, x, t):
+    opt.apply_gradients(zip(_gradients(model, x, t), model.trainable_variables))
+  got, want, opt = _dense_step_and_reference(eager)
+  assert rel_err(got, want) < 1e-5
+  assert not opt._deferred
+
+
+def test_backward_of_a_nested_function_is_exact():
+  def nested(model, opt, x, t):
+    forward = tf.function(lambda x: model(x, training=True))
+
+    @tf.function
+    def step(x, t):
+      with tf.GradientTape() as tape:
+        y = forward(x)
+        loss = tf.reduce_mean(tf.reduce_sum(tf.square(y - t), 1))
+      grads = tape.gradient(loss, model.trainable_variables)
+      opt.apply_gradients(zip(grads, model.trainable_variables))
+    step(x, t)
+  got, want, _ = _dense_step_and_reference(nested)
+  assert rel_err(got, want) < 1e-5
+
+
+def test_apply_without_aggregation_is_exact():
+  def unaggregated(model, opt, x, t):
+    @tf.function
+    def step(x, t):
+      opt.apply_gradients(zip(_gradients(model, x, t), model.trainable_variables),
+                          experimental_aggregate_gradients=False)
+    step(x, t)
+  got, want, _ = _dense_step_and_reference(unaggregated)
+  assert rel_err(got, want) < 1e-5
+
+
+def test_gradient_without_update_elsewhere_changes_nothing():
+  def gradient_norm_first(model, opt, x, t):
+    norm = tf.function(lambda x, t: tf.linalg.global_norm(_gradients(model, x, t)))
+    assert float(norm(x, t)) > 0
+    assert opt._deferred  # that function's backward left its recording behind ...
+    _train_step(model, opt)(x, t)
+  got, want, opt = _dense_step_and_reference(gradient_norm_first)
+  assert rel_err(got, want) < 1e-5
+  assert not opt._deferred  # ... and the update dropped it
+
+
+def _accumulated(model, opt, x, t):
+  """Gradient accumulation: two backward passes in a loop, on a batch made inside it."""
+  @tf.function
+  def step(x, t):
+    total = [tf.zeros_like(v) for v in model.trainable_variables]
+    for _ in tf.range(2):
+      total = [a + g for a, g in zip(total, _gradients(model, tf.identity(x), t))]
+    opt.apply_gradients(zip(total, model.trainable_variables))
+  step(x, t)
+
+
+def test_backward_in_a_loop_the_update_is_outside_of_needs_defer_recording_off():
+  with pytest.raises(ValueError, match="cannot record the Kronecker factors of head: their"
+                                       " backward pass ran in a loop"):
+    _dense_step_and_reference(_accumulated)
+  got, want, _ = _dense_step_and_reference(_accumulated, defer_recording=False)
+  assert rel_err(got, 2 * want) < 1e-5  # the same batch twice: twice the gradient
+
+
 def test_attach_hooks_conv_and_dense_only():
   inner = tf_keras.Sequential([tf_keras.Input((6, 6, 3)), tf_keras.layers.Conv2D(4, 3, name="c1"),
                                tf_keras.layers.BatchNormalization(name="bn")], name="inner")

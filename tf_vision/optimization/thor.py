@@ -65,7 +65,15 @@ regularizer or gradient clipping (which need the plain one) turns the path off.
 Hooked layers: tf_keras Conv2D (groups 1, channels_last; not Conv2DTranspose) and Dense.
 DepthwiseConv2D, SeparableConv2D and the rest stay first-order (a depthwise kernel has no
 input-channel mixing for A to describe). Biases are first-order too (MindSpore's layers have
-none). A layer called several times in one step records its last call.
+none). A layer called several times in one step records the call whose backward ran last.
+
+When: the backward hooks of the layers that precondition in the update hand their (inputs, dy)
+to apply_gradients, which records them all in one `tf.cond` on the refresh step (a cond per
+layer was about half of THOR's extra tracing time on ResNet-10). A backward pass
+apply_gradients cannot see (eager, or a nested tf.function's gradient function) records in its
+own cond instead; one that ran in a loop or branch the update is outside of (gradient
+accumulation) is an error at tracing, not a silent stale factor, unless `defer_recording` is
+False: then every layer records in its own backward pass, as before 2026-11-30.
 
 Distribution: factors are SyncOnRead(MEAN) variables, so at a refresh the cross-replica read
 averages them over replicas (an all-reduce in replica context when the strategy runs without
@@ -83,6 +91,7 @@ import dataclasses
 import functools
 import math
 import re
+import threading
 from typing import Any, Callable, Sequence
 
 import tensorflow as tf
@@ -289,6 +298,7 @@ class Thor(tf_keras.optimizers.legacy.Optimizer):
                loss_scale: float = 1.0,
                precondition_dtype: str = "float32",
                low_rank: str = "auto",
+               defer_recording: bool = True,
                name: str = "Thor",
                **kwargs):
     """Sets the hyperparameters.
@@ -314,6 +324,10 @@ class Thor(tf_keras.optimizers.legacy.Optimizer):
         same result) when that is cheaper, "always" there, "never" on the kernel-sized
         gradient. Never for a layer with a kernel regularizer or under gradient clipping
         (both need the raw gradient).
+      defer_recording: record the factors of the layers preconditioned in the update in one
+        cond at apply_gradients (faster to trace and start); False records them in each
+        backward pass, for a backward pass in a loop that apply_gradients is outside of
+        (gradient accumulation).
       name: name of the optimizer.
       **kwargs: clipnorm, clipvalue, global_clipnorm, decay, as for any legacy optimizer.
 
@@ -345,9 +359,13 @@ class Thor(tf_keras.optimizers.legacy.Optimizer):
     self.loss_scale_factor = float(loss_scale)
     self.precondition_dtype = precondition_dtype
     self.low_rank = low_rank
+    self.defer_recording = bool(defer_recording)
     self._refreshed_now: tf.Tensor | None = None
     self._preconditioned_at_refresh: set[Any] = set()
     self._thor_layers: dict[Any, ThorLayer] = {}
+    # Recordings deferred from backward passes to their apply_gradients (`record_factors`):
+    # (graph id, thread) -> (that graph, {kernel key: (state, inputs, dy)}).
+    self._deferred: dict[tuple[int, int], tuple[Any, dict[Any, tuple]]] = {}
     self._dynamic_loss_scale: Callable[[], tf.Tensor] | None = None
     self._refreshed_at = None
 
@@ -434,12 +452,84 @@ class Thor(tf_keras.optimizers.legacy.Optimizer):
             state.positions.assign(rows / batch, read_value=False)]
 
   @_not_converted
-  def record_factors(self, state: ThorLayer, inputs: tf.Tensor, dy: tf.Tensor) -> tf.Tensor:
-    """On a refresh step, `_record`; in the backward pass (replica context): refreshed or not."""
+  def record_factors(self, state: ThorLayer, inputs: tf.Tensor,
+                     dy: tf.Tensor) -> tf.Tensor | None:
+    """`_record` on a refresh step, for a backward pass (replica context).
+
+    Deferred to this graph's apply_gradients, which records every layer in one `tf.cond`
+    (`_record_deferred`): a cond per layer cost ResNet-10 about 0.35 s of tracing and
+    start-up. Returns None then. With `defer_recording` False, eagerly, or when the layer's
+    input or output gradient belongs to another graph (a nested tf.function's gradient
+    function; a loop body fed from outside it) it records here, in a cond of its own, and
+    returns that cond's output for the gradient to depend on.
+    """
+    graph = tf.compat.v1.get_default_graph()
+    if (not self.defer_recording or tf.executing_eagerly()
+        or any(getattr(t, "graph", None) is not graph for t in (inputs, dy))):
+      return self._record_in_cond([(state, inputs, dy)])
+    key = (id(graph), threading.get_ident())
+    if key not in self._deferred or self._deferred[key][0] is not graph:
+      self._deferred[key] = (graph, {})
+    self._deferred[key][1][_var_key(state.kernel)] = (state, inputs, dy)
+    return None
+
+  def _record_in_cond(self, records: Sequence[tuple[ThorLayer, tf.Tensor, tf.Tensor]]
+                      ) -> tf.Tensor:
     def record():
-      with tf.control_dependencies(self._record(state, inputs, dy)):
+      ops = [op for state, inputs, dy in records for op in self._record(state, inputs, dy)]
+      with tf.control_dependencies(ops):
         return tf.constant(True)
     return tf.cond(self.is_refresh_step(), record, lambda: tf.constant(False))
+
+  @_not_converted
+  def _record_deferred(self) -> None:
+    """The recordings this thread deferred in the graph being built or one enclosing it.
+
+    Called from apply_gradients (replica context) before the update: the refresh, later in
+    the same graph, reads the factors after these writes (automatic control dependencies).
+    """
+    records, thread = {}, threading.get_ident()
+    for graph in _graph_chain(tf.compat.v1.get_default_graph()):
+      entry = self._deferred.get((id(graph), thread))
+      if entry is not None and entry[0] is graph:
+        del self._deferred[(id(graph), thread)]
+        records.update(entry[1])
+    if records:
+      self._record_in_cond(list(records.values()))
+
+  def _check_deferred(self) -> None:
+    """Fails on recordings that no apply_gradients can make any more (else the step would
+    silently precondition with stale or identity inverses); drops unrelated leftovers."""
+    chain = _graph_chain(tf.compat.v1.get_default_graph())
+    # An update in replica context (MirroredStrategy without merge_call) checks its own
+    # thread's: another replica's are its own apply_gradients' to make.
+    mine_only = not tf.distribute.in_cross_replica_context()
+    for key, (graph, records) in list(self._deferred.items()):
+      if mine_only and key[1] != threading.get_ident():
+        continue
+      del self._deferred[key]
+      related = (any(graph is g for g in chain)
+                 or any(chain[0] is g for g in _graph_chain(graph)))
+      if related:  # the step's backward in a nested loop or branch, or in another replica
+        names = ", ".join(sorted(state.layer.name for state, _, _ in records.values()))
+        raise ValueError(
+            f"THOR cannot record the Kronecker factors of {names}: their backward pass ran in"
+            " a loop or branch that apply_gradients is outside of, or in a replica that did"
+            " not call apply_gradients itself; call apply_gradients in the same replica"
+            " function and graph as the backward pass, or build Thor with"
+            " defer_recording=False")
+      # else another function's gradient with no update (e.g. a gradient norm): nothing to do
+
+  @_not_converted
+  def _transform_unaggregated_gradients(self, grads_and_vars):
+    # A wrapping LossScaleOptimizer calls this in replica context instead of apply_gradients.
+    self._record_deferred()
+    return super()._transform_unaggregated_gradients(grads_and_vars)
+
+  @_not_converted
+  def apply_gradients(self, grads_and_vars, name=None, experimental_aggregate_gradients=True):
+    self._record_deferred()
+    return super().apply_gradients(grads_and_vars, name, experimental_aggregate_gradients)
 
   def uses_low_rank(self, state: ThorLayer, rows: int | None) -> bool:
     """Whether `state`'s conv (M = `rows` per replica, None: unknown) takes the low-rank path."""
@@ -467,7 +557,7 @@ class Thor(tf_keras.optimizers.legacy.Optimizer):
 
     if not low_rank:
       recorded = self.record_factors(state, inputs, dy)
-      with tf.control_dependencies([recorded]):
+      with tf.control_dependencies([] if recorded is None else [recorded]):
         return plain()
 
     def record_and_plain():
@@ -545,6 +635,7 @@ class Thor(tf_keras.optimizers.legacy.Optimizer):
 
   @_not_converted
   def _distributed_apply(self, distribution, grads_and_vars, apply_state, name):
+    self._check_deferred()
     grads_and_vars = list(grads_and_vars)
     states = [s for s in (self.thor_layer(v) for _, v in grads_and_vars) if s is not None]
     if not states:
@@ -642,6 +733,7 @@ class Thor(tf_keras.optimizers.legacy.Optimizer):
         "loss_scale": self.loss_scale_factor,
         "precondition_dtype": self.precondition_dtype,
         "low_rank": self.low_rank,
+        "defer_recording": self.defer_recording,
     })
     return config
 
@@ -694,6 +786,8 @@ def _hook_output(layer: tf_keras.layers.Layer, state: ThorLayer, thor: Thor) -> 
   def capture(inputs, outputs):
     def grad(dy):
       recorded = thor.record_factors(state, inputs, dy)
+      if recorded is None:
+        return None, dy
       with tf.control_dependencies([recorded]):
         return None, tf.identity(dy)
     return tf.identity(outputs), grad
@@ -744,6 +838,16 @@ def _hook_convolution(layer: tf_keras.layers.Layer, state: ThorLayer, thor: Thor
     return outputs, grad
 
   layer.convolution_op = tf.autograph.experimental.do_not_convert(convolution)
+
+
+def _graph_chain(graph) -> list:
+  """`graph` and the graphs enclosing it (a loop body's or branch's function, then its
+  tf.function's), innermost first."""
+  chain = []
+  while graph is not None:
+    chain.append(graph)
+    graph = getattr(graph, "outer_graph", None)
+  return chain
 
 
 def find_thor(optimizer) -> tuple[Thor | None, Any]:
