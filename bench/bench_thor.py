@@ -730,12 +730,15 @@ def study(args, name: str, info: dict, seeds: list[int], wait: bool) -> dict:
           "curve": curve(runs, seeds, info["validation_records"]), "runs": runs}
 
 
+def _runs_at(runs: list[dict], optimizer: str, lr: float, seeds: list[int]) -> list[dict]:
+  return [r for r in runs if r["optimizer"] == optimizer and r["lr"] == lr and r["seed"] in seeds]
+
+
 def _summarize(runs: list[dict], key: str, tuned: dict, seeds: list[int]) -> dict:
   """Medians over seeds at each optimizer's lr tuned for this target, and THOR / SGD."""
   summary = {}
   for optimizer in ("sgd", "thor"):
-    chosen = [r for r in runs if r["optimizer"] == optimizer and r["lr"] == tuned[optimizer]
-              and r["seed"] in seeds]
+    chosen = _runs_at(runs, optimizer, tuned[optimizer], seeds)
     hits = [r["to_target"][key] for r in chosen]
     per_step = [r.get("steady_s_per_step") for r in chosen if r.get("steady_s_per_step")]
     summary[optimizer] = {
@@ -796,8 +799,7 @@ def curve(runs: list[dict], seeds: list[int], validation_records: int,
     for optimizer in ("sgd", "thor"):
       best = None
       for lr in sorted({r["lr"] for r in runs if r["optimizer"] == optimizer}):
-        chosen = [r for r in runs if r["optimizer"] == optimizer and r["lr"] == lr
-                  and r["seed"] in seeds]
+        chosen = _runs_at(runs, optimizer, lr, seeds)
         if sorted(r["seed"] for r in chosen) != sorted(seeds):
           continue
         hits = [_to_target([tuple(e) for e in r["evals"]], r["loops"],
