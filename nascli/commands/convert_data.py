@@ -68,7 +68,10 @@ def convert_data(
   """Convert a data set into evenly sharded TFRecords with labels.txt and dataset_info.json."""
   out = Console()
   if verify is not None:
-    from nascli.data import verify as verify_lib  # pylint: disable=g-import-not-at-top
+    # pylint: disable=g-import-not-at-top
+    from nascli import frameworks
+    frameworks.load(("tensorflow",))
+    from nascli.data import verify as verify_lib
     report = verify_lib.verify_output(Path(storage.stage(verify)))
     if as_json:
       print(json.dumps(report.as_dict(), indent=2))
@@ -81,6 +84,8 @@ def convert_data(
     raise typer.BadParameter("give a data set NAME, or --verify DIR", param_hint="NAME")
 
   # pylint: disable=g-import-not-at-top
+  from nascli import frameworks
+  frameworks.load(("tensorflow",))  # also: forked workers' collections leave those pages shared
   from nascli.data.convert import ShardingOptions, convert
   from nascli.data.source import ConvertOptions
   options = ConvertOptions(

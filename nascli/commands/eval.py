@@ -34,7 +34,10 @@ def evaluate(
     = False,
 ) -> None:
   """Evaluate the latest (or a given) checkpoint on the validation data."""
-  from nascli import evaluation  # pylint: disable=g-import-not-at-top
+  # pylint: disable=g-import-not-at-top
+  from nascli import frameworks
+  frameworks.load()
+  from nascli import evaluation
   result = evaluation.evaluate(evaluation.EvalArgs(
       model_dir=model_dir, checkpoint_path=checkpoint_path, experiment=experiment,
       validation_data_path=validation_data_path, dataset_dir=dataset_dir,

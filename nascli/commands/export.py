@@ -39,7 +39,10 @@ def export(
     = False,
 ) -> None:
   """Export a checkpoint as a SavedModel (params.yaml beside it), optionally timing it."""
-  from nascli import exporting  # pylint: disable=g-import-not-at-top
+  # pylint: disable=g-import-not-at-top
+  from nascli import frameworks
+  frameworks.load()
+  from nascli import exporting
   result = exporting.export(exporting.ExportArgs(
       model_dir=model_dir, checkpoint_path=checkpoint_path, export_dir=export_dir,
       experiment=experiment, input_type=input_type, batch_size=batch_size,

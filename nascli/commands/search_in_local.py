@@ -31,6 +31,9 @@ def search_in_local(
   """Search architectures on this machine: trials in parallel (one GPU each when there are
   GPUs), journaled, resumable."""
   del use_prebuilt_trainer
-  from nascli.search import local_main  # pylint: disable=g-import-not-at-top
   args = f.from_flags(locals())
+  # pylint: disable=g-import-not-at-top
+  from nascli import frameworks
+  frameworks.load()  # the controller decodes architectures with Model Garden's search spaces
+  from nascli.search import local_main
   f.print_rows(local_main.run(args, search_docker_flags), as_json)

@@ -83,6 +83,8 @@ def _train(
 ) -> None:
   """Train a model; resumes from the latest checkpoint in --model_dir."""
   # pylint: disable=g-import-not-at-top
+  from nascli import frameworks
+  frameworks.load()
   from nascli import training
   if list_experiments:
     for name in training.experiment_names():

@@ -199,10 +199,12 @@ def run(spec: TrialSpec) -> dict:
 def main(argv: list[str]) -> int:
   """Entry point of the trial process; the outcome goes to the trial dir, not only stdout."""
   # pylint: disable=g-import-not-at-top
+  from nascli import frameworks
   from nascli.app import _quiet_libraries
+  _quiet_libraries()
+  frameworks.load()
   from tf_vision import job_status
   from tf_vision.train_lib import NonFiniteLossError
-  _quiet_libraries()
   with open(argv[0], encoding="utf-8") as f:
     spec = TrialSpec(**json.load(f))
   try:
