@@ -28,6 +28,8 @@ def measure(optimizer: str, data: str, steps_per_loop: int, low_rank: str) -> di
   """Runs in the child: times the loop's trace, first call and steady calls."""
   # pylint: disable=g-import-not-at-top
   sys.path.insert(0, str(ROOT))
+  from nascli import frameworks
+  frameworks.load()  # as `nascli train` does: imports with the collector paused, then frozen
   import orbit
   import tensorflow as tf
   from bench_thor import build_recipe

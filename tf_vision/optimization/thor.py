@@ -68,8 +68,9 @@ input-channel mixing for A to describe). Biases are first-order too (MindSpore's
 none). A layer called several times in one step records the call whose backward ran last.
 
 When: the backward hooks of the layers that precondition in the update hand their (inputs, dy)
-to apply_gradients, which records them all in one `tf.cond` on the refresh step (a cond per
-layer was about half of THOR's extra tracing time on ResNet-10). A backward pass
+to apply_gradients, which records them all in one `tf.cond` on the refresh step (ResNet-10's
+graph: 7 conds instead of 15, 16 functions instead of 32; its trace time did not measurably
+change, BENCHMARKS.md). A backward pass
 apply_gradients cannot see (eager, or a nested tf.function's gradient function) records in its
 own cond instead; one that ran in a loop or branch the update is outside of (gradient
 accumulation) is an error at tracing, not a silent stale factor, unless `defer_recording` is
