@@ -25,9 +25,10 @@ import tempfile
 import time
 from pathlib import Path
 
+import bench_thor  # bench/bench_thor.py (stdlib imports only: the child's modes stay apart)
+
 ROOT = Path(__file__).resolve().parent.parent
 MODES = ("plain", "frozen")
-RECIPES = {"sgd": "digits_resnet10_cpu.yaml", "thor": "digits_resnet10_thor_cpu.yaml"}
 OVERRIDE = {"task": {"model": {"num_classes": 10}, "losses": {"label_smoothing": 0.0}},
             "trainer": {"train_steps": 40, "steps_per_loop": 5, "summary_interval": 5,
                         "validation_interval": 40, "validation_steps": 1,
@@ -85,9 +86,8 @@ def child(mode: str, optimizer: str, data: str, model_dir: str) -> dict:
   tracing_compilation.func_graph_module.func_graph_from_py_func = timed_trace
   atomic_function.AtomicFunction.call_flat = timed_call
   from nascli import app
-  code = app.main(["train", "--experiment", "nascli_classification", "--dataset_dir", data,
-                   "--config_file", str(ROOT / "tf_vision/configs/experiments" /
-                                        RECIPES[optimizer]),
+  code = app.main(["train", "--experiment", bench_thor.EXPERIMENT, "--dataset_dir", data,
+                   "--config_file", str(bench_thor.recipe(optimizer)),
                    "--params_override", json.dumps(OVERRIDE), "--mode", "train",
                    "--model_dir", model_dir, "--seed", "1", "--json"])
   if code != 0:

@@ -67,10 +67,12 @@ def convert_data(
 ) -> None:
   """Convert a data set into evenly sharded TFRecords with labels.txt and dataset_info.json."""
   out = Console()
+  if verify is None and name is None:
+    raise typer.BadParameter("give a data set NAME, or --verify DIR", param_hint="NAME")
+  # pylint: disable=g-import-not-at-top
+  from nascli import frameworks
+  frameworks.load(("tensorflow",))  # also: forked workers' collections leave those pages shared
   if verify is not None:
-    # pylint: disable=g-import-not-at-top
-    from nascli import frameworks
-    frameworks.load(("tensorflow",))
     from nascli.data import verify as verify_lib
     report = verify_lib.verify_output(Path(storage.stage(verify)))
     if as_json:
@@ -80,12 +82,7 @@ def convert_data(
     if not report.ok:
       raise NascliError(report.first_problem())
     return
-  if name is None:
-    raise typer.BadParameter("give a data set NAME, or --verify DIR", param_hint="NAME")
 
-  # pylint: disable=g-import-not-at-top
-  from nascli import frameworks
-  frameworks.load(("tensorflow",))  # also: forked workers' collections leave those pages shared
   from nascli.data.convert import ShardingOptions, convert
   from nascli.data.source import ConvertOptions
   options = ConvertOptions(

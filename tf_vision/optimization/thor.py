@@ -326,7 +326,7 @@ class Thor(tf_keras.optimizers.legacy.Optimizer):
         gradient. Never for a layer with a kernel regularizer or under gradient clipping
         (both need the raw gradient).
       defer_recording: record the factors of the layers preconditioned in the update in one
-        cond at apply_gradients (faster to trace and start); False records them in each
+        cond at apply_gradients (a smaller graph); False records them in each
         backward pass, for a backward pass in a loop that apply_gradients is outside of
         (gradient accumulation).
       name: name of the optimizer.
@@ -458,8 +458,7 @@ class Thor(tf_keras.optimizers.legacy.Optimizer):
     """`_record` on a refresh step, for a backward pass (replica context).
 
     Deferred to this graph's apply_gradients, which records every layer in one `tf.cond`
-    (`_record_deferred`): a cond per layer cost ResNet-10 about 0.35 s of tracing and
-    start-up. Returns None then. With `defer_recording` False, eagerly, or when the layer's
+    (`_record_deferred`), which halves ResNet-10's conds. Returns None then. With `defer_recording` False, eagerly, or when the layer's
     input or output gradient belongs to another graph (a nested tf.function's gradient
     function; a loop body fed from outside it) it records here, in a cond of its own, and
     returns that cond's output for the gradient to depend on.
