@@ -4,6 +4,7 @@
                                [--sgd_lrs 0.00625,0.0125,0.025,0.05,0.1]
                                [--thor_lrs 0.025,0.05,0.1,0.2] [--evals_per_epoch 8]
                                [--targets digits=0.9/0.98,shapes=0.55/0.75]
+                               [--thor_damping digits=3]
                                [--epochs digits=9,shapes=9]
                                [--work_dir /tmp/nascli_bench_thor] [--out bench/results/thor.json]
     python bench/bench_thor.py --report bench/results/thor.json [--out FILE]
@@ -34,7 +35,8 @@ Every training run is the real command, a fresh process and a fresh model dir:
         lr_end_epoch = 12 for the recipe's 9 epochs (scaled with the budget: epochs * 4/3);
         steps_per_epoch set to the data set's, refresh `frequency` = steps_per_epoch / 4
         (digits 11, shapes 16: four refreshes per epoch, dividing the epoch as THOR requires);
-        the grid varies lr_init. Regularization (--thor_loss): `sgd` (default since
+        the grid varies lr_init; --thor_damping digits=D replaces a data set's damping_init
+        (the recipe's 1.0 chosen on shapes). Regularization (--thor_loss): `sgd` (default since
         2026-11-30) gives THOR the SGD recipe's objective, read from its YAML: its label
         smoothing (none) and its L2 strength (1e-4) as THOR's weight decay, added after
         preconditioning as THOR does (an L2 term in the loss would turn the low-rank path
@@ -304,9 +306,11 @@ def sgd_regularization() -> dict:
 
 
 def override(optimizer: str, lr: float, info: dict, epochs: float, train_steps: int,
-             loop: int, thor_regularization: dict | None) -> dict:
+             loop: int, thor_regularization: dict | None,
+             thor_damping: float | None = None) -> dict:
   """The --params_override applied over the optimizer's recipe for one run; THOR's recipe
-  regularization is replaced by `thor_regularization` (`sgd_regularization`) unless None."""
+  regularization is replaced by `thor_regularization` (`sgd_regularization`) unless None,
+  and its damping_init by `thor_damping` unless None."""
   spe = info["steps_per_epoch"]
   task = {"model": {"num_classes": info["num_classes"]}}
   trainer = {"train_steps": train_steps, "steps_per_loop": loop, "summary_interval": loop,
@@ -318,6 +322,8 @@ def override(optimizer: str, lr: float, info: dict, epochs: float, train_steps: 
         "warmup": {"linear": {"warmup_steps": max(1, round(train_steps / 20))}}}
   else:
     thor = {"frequency": thor_frequency(spe), "steps_per_epoch": spe}
+    if thor_damping is not None:
+      thor["damping_init"] = thor_damping
     if thor_regularization is not None:
       task["losses"] = {"label_smoothing": thor_regularization["label_smoothing"]}
       thor["weight_decay"] = thor_regularization["weight_decay"]
@@ -476,12 +482,14 @@ def _to_target(evals, loops, per_step, target: float) -> dict:
 
 def train_run(work: Path, name: str, info: dict, optimizer: str, lr: float, seed: int,
               epochs: float, train_steps: int, loop: int, targets: list[float],
-              wait: bool, thor_regularization: dict | None) -> dict:
+              wait: bool, thor_regularization: dict | None,
+              thor_damping: float | None = None) -> dict:
   model_dir = work / "runs" / name / f"{optimizer}_lr{lr:g}_seed{seed}"
   if model_dir.exists():
     shutil.rmtree(model_dir)
   model_dir.parent.mkdir(parents=True, exist_ok=True)
-  ov = override(optimizer, lr, info, epochs, train_steps, loop, thor_regularization)
+  ov = override(optimizer, lr, info, epochs, train_steps, loop, thor_regularization,
+                thor_damping)
   cmd = [sys.executable, "-m", "nascli", "train", "--experiment", EXPERIMENT,
          "--dataset_dir", info["path"], "--config_file", str(recipe(optimizer)),
          "--params_override", json.dumps(ov, separators=(",", ":")), "--mode",
@@ -501,6 +509,7 @@ def train_run(work: Path, name: str, info: dict, optimizer: str, lr: float, seed
   exit_after = (round(proc.pop("ended_at") - status_file.stat().st_mtime, 2)
                 if status_file.exists() else None)
   run = {"dataset": name, "optimizer": optimizer, "lr": lr, "seed": seed,
+         **({"damping_init": thor_damping} if optimizer == "thor" and thor_damping else {}),
          "model_dir": str(model_dir), "command": " ".join(cmd[1:]),
          "waited_for_other_s": round(waited, 1), "exit_after_done_s": exit_after,
          "disturbed_attempts_foreign_load": disturbed,
@@ -699,10 +708,12 @@ def study(args, name: str, info: dict, seeds: list[int], wait: bool) -> dict:
   grids = {"sgd": args.sgd_lrs, "thor": args.thor_lrs}
   print(f"{name}: {info['train_records']} train / {info['validation_records']} validation,"
         f" {spe} steps/epoch, {train_steps} steps, loops of {loop}, THOR frequency"
-        f" {thor_frequency(spe)}, targets {', '.join(keys)}", flush=True)
+        f" {thor_frequency(spe)}, THOR damping_init"
+        f" {args.thor_damping.get(name, 'of the recipe')}, targets {', '.join(keys)}", flush=True)
   runs: list[dict] = []
   common = dict(epochs=epochs, train_steps=train_steps, loop=loop, targets=targets, wait=wait,
-                thor_regularization=args.thor_regularization)
+                thor_regularization=args.thor_regularization,
+                thor_damping=args.thor_damping.get(name))
   # Grid on the first seed, SGD and THOR interleaved so that machine drift hits both.
   for i in range(max(len(v) for v in grids.values())):
     for optimizer in ("sgd", "thor"):
@@ -945,6 +956,9 @@ def main() -> None:
   parser.add_argument("--thor_loss", choices=("sgd", "recipe"), default="sgd",
                       help="sgd: THOR gets the SGD recipe's label smoothing, and its L2 strength"
                            " as weight decay; recipe: the THOR recipe's own (0.1, 5e-4)")
+  parser.add_argument("--thor_damping", default="",
+                      help="per data set THOR damping_init, e.g. digits=3 (default: the"
+                           " recipe's 1.0 on every data set)")
   parser.add_argument("--evals_per_epoch", type=int, default=EVALS_PER_EPOCH,
                       help="training loops, each followed by an evaluation, per epoch")
   parser.add_argument("--refresh_frequency", type=int, default=10)
@@ -971,6 +985,10 @@ def main() -> None:
   args.sgd_lrs, args.thor_lrs = _floats(args.sgd_lrs), _floats(args.thor_lrs)
   args.targets = {**DEFAULT_TARGETS, **_parse_map(args.targets, _targets)}
   args.epochs = {**DEFAULT_EPOCHS, **_parse_map(args.epochs, float)}
+  args.thor_damping = _parse_map(args.thor_damping, float)
+  for n, d in args.thor_damping.items():
+    if n not in DATASETS or not d > 0:
+      parser.error(f"--thor_damping {n}={d:g}: needs a known data set and a damping above 0")
   args.thor_regularization = sgd_regularization() if args.thor_loss == "sgd" else None
   if args.quick:
     seeds = seeds[:1]
@@ -992,6 +1010,7 @@ def main() -> None:
                          "thor_lrs": args.thor_lrs, "targets": args.targets,
                          "epochs": args.epochs, "evals_per_epoch": args.evals_per_epoch,
                          "thor_loss": args.thor_loss,
+                         "thor_damping_init": args.thor_damping or "the recipe's",
                          "thor_regularization": args.thor_regularization,
                          "global_batch_size": GLOBAL_BATCH,
                          "experiment": EXPERIMENT, "sgd_recipe": str(SGD_RECIPE.relative_to(REPO)),
