@@ -509,7 +509,8 @@ def train_run(work: Path, name: str, info: dict, optimizer: str, lr: float, seed
   exit_after = (round(proc.pop("ended_at") - status_file.stat().st_mtime, 2)
                 if status_file.exists() else None)
   run = {"dataset": name, "optimizer": optimizer, "lr": lr, "seed": seed,
-         **({"damping_init": thor_damping} if optimizer == "thor" and thor_damping else {}),
+         **({"damping_init": thor_damping}
+            if optimizer == "thor" and thor_damping is not None else {}),
          "model_dir": str(model_dir), "command": " ".join(cmd[1:]),
          "waited_for_other_s": round(waited, 1), "exit_after_done_s": exit_after,
          "disturbed_attempts_foreign_load": disturbed,
@@ -983,9 +984,12 @@ def main() -> None:
     parser.error(f"--evals_per_epoch {args.evals_per_epoch}: must be at least 1")
   seeds = [int(s) for s in args.seeds.split(",") if s.strip()]
   args.sgd_lrs, args.thor_lrs = _floats(args.sgd_lrs), _floats(args.thor_lrs)
-  args.targets = {**DEFAULT_TARGETS, **_parse_map(args.targets, _targets)}
-  args.epochs = {**DEFAULT_EPOCHS, **_parse_map(args.epochs, float)}
-  args.thor_damping = _parse_map(args.thor_damping, float)
+  try:
+    args.targets = {**DEFAULT_TARGETS, **_parse_map(args.targets, _targets)}
+    args.epochs = {**DEFAULT_EPOCHS, **_parse_map(args.epochs, float)}
+    args.thor_damping = _parse_map(args.thor_damping, float)
+  except ValueError as e:  # a value that is not a number, in any NAME=VALUE list
+    parser.error(f"--targets/--epochs/--thor_damping: expected NAME=NUMBER,... ({e})")
   for n, d in args.thor_damping.items():
     if n not in DATASETS or not d > 0:
       parser.error(f"--thor_damping {n}={d:g}: needs a known data set and a damping above 0")
@@ -1010,7 +1014,7 @@ def main() -> None:
                          "thor_lrs": args.thor_lrs, "targets": args.targets,
                          "epochs": args.epochs, "evals_per_epoch": args.evals_per_epoch,
                          "thor_loss": args.thor_loss,
-                         "thor_damping_init": args.thor_damping or "the recipe's",
+                         "thor_damping_init": args.thor_damping,  # {}: the recipe's on every data set
                          "thor_regularization": args.thor_regularization,
                          "global_batch_size": GLOBAL_BATCH,
                          "experiment": EXPERIMENT, "sgd_recipe": str(SGD_RECIPE.relative_to(REPO)),

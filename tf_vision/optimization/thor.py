@@ -458,10 +458,11 @@ class Thor(tf_keras.optimizers.legacy.Optimizer):
     """`_record` on a refresh step, for a backward pass (replica context).
 
     Deferred to this graph's apply_gradients, which records every layer in one `tf.cond`
-    (`_record_deferred`), which halves ResNet-10's conds. Returns None then. With `defer_recording` False, eagerly, or when the layer's
-    input or output gradient belongs to another graph (a nested tf.function's gradient
-    function; a loop body fed from outside it) it records here, in a cond of its own, and
-    returns that cond's output for the gradient to depend on.
+    (`_record_deferred`), which halves ResNet-10's conds. Returns None then. With
+    `defer_recording` False, eagerly, or when the layer's input or output gradient belongs to
+    another graph (a nested tf.function's gradient function; a loop body fed from outside it)
+    it records here, in a cond of its own, and returns that cond's output for the gradient to
+    depend on.
     """
     graph = tf.compat.v1.get_default_graph()
     if (not self.defer_recording or tf.executing_eagerly()
