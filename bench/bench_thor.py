@@ -1014,7 +1014,8 @@ def main() -> None:
                          "thor_lrs": args.thor_lrs, "targets": args.targets,
                          "epochs": args.epochs, "evals_per_epoch": args.evals_per_epoch,
                          "thor_loss": args.thor_loss,
-                         "thor_damping_init": args.thor_damping,  # {}: the recipe's on every data set
+                         # {}: the recipe's damping on every data set
+                         "thor_damping_init": args.thor_damping,
                          "thor_regularization": args.thor_regularization,
                          "global_batch_size": GLOBAL_BATCH,
                          "experiment": EXPERIMENT, "sgd_recipe": str(SGD_RECIPE.relative_to(REPO)),
