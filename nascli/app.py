@@ -7,6 +7,7 @@ from typing import Callable
 
 import typer
 
+from nascli import interrupts
 from nascli.errors import NascliError
 
 app = typer.Typer(
@@ -79,6 +80,23 @@ def _expand_multi_value(argv: list[str]) -> list[str]:
   return out
 
 
+def _interrupt_behind(error: BaseException) -> KeyboardInterrupt | None:
+  seen = set()
+  while error is not None and id(error) not in seen:
+    if isinstance(error, KeyboardInterrupt):
+      return error
+    seen.add(id(error))
+    error = error.__cause__ or error.__context__
+  return None
+
+
+def _report_interrupt(error: KeyboardInterrupt, debug: bool) -> int:
+  if debug:
+    traceback.print_exception(error)
+  print(interrupts.message(error), file=sys.stderr)
+  return interrupts.exit_code(error)
+
+
 def main(argv: list[str] | None = None) -> int:
   """Entry point of the console script and `python -m nascli`; returns the exit code."""
   _quiet_libraries()
@@ -87,13 +105,16 @@ def main(argv: list[str] | None = None) -> int:
   try:
     # Standalone mode lets Typer print usage errors itself (exit code 2); what it does not handle
     # reaches the mapping below.
-    app(args=argv, prog_name="nascli", standalone_mode=True)
+    with interrupts.handled():
+      app(args=argv, prog_name="nascli", standalone_mode=True)
     return 0
   except SystemExit as e:
-    return e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
-  except KeyboardInterrupt:
-    print("Interrupted.", file=sys.stderr)
-    return 130
+    interrupt = _interrupt_behind(e)  # Typer turns KeyboardInterrupt into a silent exit 130
+    if interrupt is None:
+      return e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
+    return _report_interrupt(interrupt, debug)
+  except KeyboardInterrupt as e:  # interrupts.Interrupted too: SIGINT and SIGTERM
+    return _report_interrupt(e, debug)
   except NascliError as e:
     if debug:
       traceback.print_exc()
