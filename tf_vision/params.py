@@ -12,41 +12,24 @@ import os
 import re
 from typing import Any
 
-import yaml
-
 from nascli import storage
 from nascli.errors import NascliError, StorageNotFoundError
 from official.core import config_definitions as cfg
 from official.core import exp_factory
 from official.modeling import hyperparams
-from official.modeling.hyperparams import params_dict
 from official.vision.configs import image_classification as ic
 from official.vision.configs import retinanet as rn
 from tf_vision import registry_imports  # noqa: F401  pylint: disable=unused-import
 from tf_vision.configs import experiment_configs as experiments
 from tf_vision.configs import fastnn
 from tf_vision.configs import fastnn_models
+from tf_vision.configs.yaml_source import first_line as _first_line
+from tf_vision.configs.yaml_source import load_yaml_source  # noqa: F401  (params.load_yaml_source)
 
 # --model picks the experiment when --experiment is not given.
 DEFAULT_EXPERIMENTS = {"classification": "nascli_classification",
                        "retinanet": "nascli_retinanet"}
 RECIPES_DIR = os.path.join(os.path.dirname(__file__), "configs", "experiments")
-
-
-class _Loader(yaml.SafeLoader):
-  """Safe YAML with Model Garden's reading of `1e-4` as a float (plain YAML reads a string)."""
-
-
-_Loader.add_implicit_resolver(
-    "tag:yaml.org,2002:float",
-    re.compile(r"""^(?:[-+]?(?:[0-9][0-9_]*)\.[0-9_]*(?:[eE][-+]?[0-9]+)?
-    |[-+]?(?:[0-9][0-9_]*)(?:[eE][-+]?[0-9]+)
-    |\.[0-9_]+(?:[eE][-+][0-9]+)?
-    |[-+]?\.(?:inf|Inf|INF)
-    |\.(?:nan|NaN|NAN))$""", re.X), list("-+0123456789."))
-# Model Garden writes tuples (e.g. crop_area_range) with this tag; a tuple of scalars is safe.
-_Loader.add_constructor("tag:yaml.org,2002:python/tuple",
-                        lambda loader, node: tuple(loader.construct_sequence(node)))
 
 
 @dataclasses.dataclass
@@ -83,46 +66,6 @@ class RunPlan:
   steps_per_epoch: int
   dataset_info: dict | None
   notes: list[str]
-
-
-def load_yaml_source(source: str, what: str) -> dict:
-  """A YAML file (local or gs://), a YAML/JSON string, or `a.b=c,d=e`, as a nested dict."""
-  if storage.is_gcs(source):
-    try:
-      data = yaml.load(storage.read_text(source), Loader=_Loader)  # noqa: S506
-    except StorageNotFoundError:
-      raise NascliError(f"{what} file {source} does not exist") from None
-    except yaml.YAMLError as e:
-      raise NascliError(f"cannot read {what} {source}: {_first_line(e)}") from None
-  elif os.path.isfile(source):
-    try:
-      with open(source, encoding="utf-8") as f:
-        data = yaml.load(f, Loader=_Loader)  # noqa: S506 - a SafeLoader subclass
-    except (OSError, yaml.YAMLError) as e:
-      raise NascliError(f"cannot read {what} {source}: {_first_line(e)}") from None
-  else:
-    text = source
-    try:
-      text = params_dict.nested_csv_str_to_json_str(source)
-    except ValueError:
-      pass
-    try:
-      data = yaml.load(text, Loader=_Loader)  # noqa: S506
-    except yaml.YAMLError as e:
-      raise NascliError(f"{what} is neither a file nor valid YAML/JSON/a.b=c: {_first_line(e)}"
-                        ) from None
-    if isinstance(data, str) and ("/" in source or source.endswith((".yaml", ".yml"))):
-      raise NascliError(f"{what} file {source} does not exist")
-  if data is None:
-    return {}
-  if not isinstance(data, dict):
-    raise NascliError(f"{what} must be a mapping of config keys, got {type(data).__name__}:"
-                      f" {str(source)[:80]}")
-  return data
-
-
-def _first_line(e: Exception) -> str:
-  return " ".join(str(e).split())[:200]
 
 
 def check_keys(config: hyperparams.Config, override: dict, what: str, prefix: str = "") -> None:
