@@ -3,43 +3,92 @@
 import os
 import sys
 import traceback
-from typing import Callable
+from typing import Annotated, Callable, Optional
 
 import typer
 
 from nascli import interrupts
+from nascli.commands import examples
+from nascli.commands.help_layout import NascliCommand, NascliGroup
+from nascli.commands.options import normalize_token
 from nascli.errors import NascliError
 
 app = typer.Typer(
     name="nascli",
+    cls=NascliGroup,
     help="Neural architecture search, training and TFRecord tooling on TensorFlow Model Garden.",
+    epilog=examples.epilog("nascli"),
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
-    context_settings={"help_option_names": ["-h", "--help"]},
+    rich_markup_mode="rich",
+    # `--flag-name` and `--flag_name` are one option; help shows the underscore spelling.
+    context_settings={"help_option_names": ["-h", "--help"],
+                      "token_normalize_func": normalize_token},
 )
 
 
-def add_command(fn: Callable, name: str) -> None:
-  """Registers `name` (Vertex's spelling) and its other spelling (dashes or underscores) as alias."""
-  app.command(name)(fn)
+def _package_version() -> str:
+  from importlib import metadata  # pylint: disable=g-import-not-at-top
+  try:
+    return metadata.version("nascli")
+  except metadata.PackageNotFoundError:  # a checkout on sys.path, not installed
+    from nascli import __version__  # pylint: disable=g-import-not-at-top
+    return __version__
+
+
+def _print_version(value: bool) -> None:
+  if value:
+    print(f"nascli {_package_version()}")
+    raise typer.Exit()
+
+
+@app.callback()
+def _root(
+    version: Annotated[Optional[bool], typer.Option(
+        "--version", "-V", is_eager=True, callback=_print_version,
+        help="Print nascli's version and exit.")] = None,
+) -> None:
+  del version
+
+
+def _short_help(fn: Callable) -> str | None:
+  """The docstring's first paragraph on one line (Rich mode keeps a docstring's line breaks)."""
+  first = (fn.__doc__ or "").strip().split("\n\n")[0]
+  return " ".join(first.split()) or None
+
+
+def add_command(fn: Callable, name: str, panel: str | None = None) -> None:
+  """Registers `name` (Vertex's spelling) in `panel` of the root help, and its other spelling
+  (dashes or underscores) as a hidden alias; examples and usage lines from `examples`."""
+  cls = type("Command", (NascliCommand,), {
+      "usage_lines": examples.USAGE.get(name, ()),
+      "args_hook": staticmethod(fn.args_hook) if hasattr(fn, "args_hook") else None})
+  app.command(name, cls=cls, epilog=examples.epilog(name), short_help=_short_help(fn),
+              rich_help_panel=panel)(fn)
   alias = name.replace("_", "-") if "_" in name else name.replace("-", "_")
   if alias != name:
-    app.command(alias, hidden=True)(fn)
+    app.command(alias, cls=cls, hidden=True, epilog=examples.epilog(name))(fn)
+
+
+_DATA_AND_MODELS = "Data and models"
+_SEARCH = "Architecture search"
+_IMAGES = "Container images"
 
 
 def _register_commands() -> None:
+  """In the order of the workflow: data, train, evaluate, export; then search; then images."""
   # pylint: disable=g-import-not-at-top
   from nascli.commands import build, convert_data, eval as eval_command, export, list_trials
   from nascli.commands import search, search_in_local, train
-  add_command(convert_data.convert_data, "convert-data")
-  add_command(train.train, "train")
-  add_command(eval_command.evaluate, "eval")
-  add_command(export.export, "export")
-  add_command(search_in_local.search_in_local, "search_in_local")
-  add_command(search.search, "search")
-  add_command(list_trials.list_trials, "list_trials")
-  add_command(build.build, "build")
+  add_command(convert_data.convert_data, "convert-data", _DATA_AND_MODELS)
+  add_command(train.train, "train", _DATA_AND_MODELS)
+  add_command(eval_command.evaluate, "eval", _DATA_AND_MODELS)
+  add_command(export.export, "export", _DATA_AND_MODELS)
+  add_command(search_in_local.search_in_local, "search_in_local", _SEARCH)
+  add_command(search.search, "search", _SEARCH)
+  add_command(list_trials.list_trials, "list_trials", _SEARCH)
+  add_command(build.build, "build", _IMAGES)
 
 
 _register_commands()

@@ -1,0 +1,125 @@
+"""The examples at the end of each command's help, and usage lines Click cannot derive.
+
+Kept out of the command modules so that help text and command code change independently.
+Every example is a real command: tests/test_help.py parses each one with its command's options,
+and the flows are the README's (convert -> train -> eval -> export; search -> list_trials ->
+stage 2). A long command is shown continued with `\`, broken before an option, so that no line
+wraps at 80 columns.
+"""
+
+# Command name -> (what it does, the command line), in the order shown.
+EXAMPLES: dict[str, tuple[tuple[str, str], ...]] = {
+    "nascli": (
+        ("Convert data, train, evaluate, export:",
+         "nascli convert-data digits --output_dir data/digits"),
+        ("", "nascli train --dataset_dir data/digits --model_dir runs/digits"),
+        ("", "nascli eval --model_dir runs/digits"),
+        ("", "nascli export --model_dir runs/digits --input_type image_bytes"),
+        ("Search on the embedded digits, list the trials, retrain trial 3:",
+         "nascli search_in_local --prebuilt_search_space=mnasnet"),
+        ("", "nascli list_trials nascli_output/search_mnasnet"),
+        ("", "nascli train --search_job_dir nascli_output/search_mnasnet"
+             " --train_nas_trial_numbers 3 --dataset_dir data/digits --model_dir runs/stage2"),
+    ),
+    "convert-data": (
+        ("The embedded digits (no network) as sharded TFRecords:",
+         "nascli convert-data digits --output_dir data/digits"),
+        ("A folder with one sub-folder per class, 20% held out for validation:",
+         "nascli convert-data imagefolder --source photos/ --validation_fraction 0.2"),
+        ("Decode every record of a finished conversion and check its shards:",
+         "nascli convert-data --verify data/digits"),
+    ),
+    "train": (
+        ("Train the default classifier on a convert-data folder:",
+         "nascli train --dataset_dir data/digits --model_dir runs/digits"),
+        ("The same with FastNN hyperparameters:",
+         "nascli train --dataset_dir data/digits --model_dir runs/sgd --optimizer"
+         " momentum --learning_rate 0.1 --batch_size 32"),
+        ("Stage 2: retrain trial 3 of a search (into runs/stage2/3):",
+         "nascli train --search_job_dir nascli_output/search_mnasnet"
+         " --train_nas_trial_numbers 3 --dataset_dir data/digits --model_dir runs/stage2"),
+    ),
+    "eval": (
+        ("Top-1/top-5 (or COCO AP) of the latest checkpoint:",
+         "nascli eval --model_dir runs/digits"),
+        ("A retrained search trial, as JSON:",
+         "nascli eval --model_dir runs/stage2/3 --json"),
+    ),
+    "export": (
+        ("A SavedModel that takes encoded images, timed on this device:",
+         "nascli export --model_dir runs/digits --input_type image_bytes --measure_latency"),
+        ("A retrained search trial, into a folder of your choice:",
+         "nascli export --model_dir runs/stage2/3 --export_dir exported/trial3"),
+    ),
+    "search_in_local": (
+        ("Search the mnasnet space on the embedded digits (4 trials):",
+         "nascli search_in_local --prebuilt_search_space=mnasnet"),
+        ("Eight trials, two at a time, under a 2 ms latency target:",
+         "nascli search_in_local --prebuilt_search_space=mnasnet --max_nas_trial 8"
+         " --max_parallel_nas_trial 2 --target_device_latency_ms 2"),
+    ),
+    "search": (
+        ("The same search on a private Ray instance of this machine:",
+         "nascli search --ray_address local --ray_num_cpus 2 --max_parallel_nas_trial 2"),
+        ("On a running Ray cluster, one GPU per trial, the job dir on shared storage:",
+         "nascli search --ray_address auto --num_gpus_per_trial 1 --local_output_dir"
+         " /shared/runs/search"),
+    ),
+    "list_trials": (
+        ("The trials of a search, best reward first:",
+         "nascli list_trials nascli_output/search_mnasnet"),
+        ("The three best completed trials, as JSON:",
+         "nascli list_trials nascli_output/search_mnasnet --max_trials 3 --status completed"
+         " --json"),
+    ),
+    "build": (
+        ("Print the docker commands that build and push the trainer image:",
+         "nascli build --project_id my-proj --region us-central1 --trainer_docker_id"
+         " nas-trainer --dry_run"),
+    ),
+}
+
+# Command name -> its usage lines (after `Usage: nascli NAME`), where Click's would mislead:
+# convert-data's NAME is optional to Click only because --verify DIR replaces it.
+USAGE: dict[str, tuple[str, ...]] = {
+    "convert-data": ("[OPTIONS] NAME", "--verify DIR [--json]"),
+}
+
+_WIDTH = 76  # 80 columns less Rich's padding and the indent.
+
+
+def _escape(text: str) -> str:
+  return text.replace("[", r"\[")  # Rich markup: the help is rendered in markup mode
+
+
+def command_lines(command: str) -> list[str]:
+  """A long command as shell lines continued with `\\`, broken only before an option."""
+  units: list[str] = []
+  for word in command.split(" "):
+    if units and not word.startswith("--"):
+      units[-1] += " " + word  # an option's value stays with it
+    else:
+      units.append(word)
+  lines, line = [], ""
+  for unit in units:
+    if line and len(line) + 1 + len(unit) > _WIDTH - 4:
+      lines.append(line + " \\")
+      line = "  " + unit
+    else:
+      line = f"{line} {unit}" if line else unit
+  return lines + [line]
+
+
+def epilog(name: str) -> str | None:
+  """The "Examples" section of a command's help, in Rich markup; None for a command without."""
+  examples = EXAMPLES.get(name)
+  if not examples:
+    return None
+  parts = ["[bold]Examples[/bold]"]
+  for what, command in examples:
+    lines = ([_escape(what)] if what else []) + ["  " + _escape(l) for l in command_lines(command)]
+    if what or len(parts) == 1:
+      parts.append("\n".join(lines))
+    else:  # the next step of the same flow: no blank line before it
+      parts[-1] += "\n" + "\n".join(lines)
+  return "\n\n".join(parts)
