@@ -34,10 +34,10 @@ def build(
         *flag("latency_calculator_docker_file"), help="Default:"
         f" {containers.LATENCY_DOCKERFILE} of this checkout.")] = None,
     use_cache: Annotated[bool, typer.Option(
-        "--use_cache/--no-use_cache", "--use-cache/--no-use-cache",
+        "--use_cache/--no_use_cache",
         help="Reuse docker's layer cache (off: docker build --no-cache).")] = True,
     push: Annotated[bool, typer.Option(
-        "--push/--no-push", help="Push each image after building it.")] = True,
+        "--push/--no_push", help="Push each image after building it.")] = True,
     registry: Annotated[Optional[str], typer.Option(
         *flag("registry"), help="Where the images go (default:"
         " REGION-docker.pkg.dev/PROJECT/nas).")] = None,
