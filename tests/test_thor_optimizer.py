@@ -314,6 +314,79 @@ def test_low_rank_steps_equal_the_reference(stride, padding, dilation, block_siz
     assert rel_err(k0 - layer.kernel.numpy(), lr * np_precondition(dk, *refresh)) < 5e-5, k
 
 
+# --- dilated convolutions without dilated backprop kernels --------------------------------
+
+# (kernel size, padding, dilation rate, input height and width): SAME's odd and even padding,
+# VALID, unequal rates, sizes that are not multiples of the rate.
+DILATED = [(3, "same", 2, (7, 7)), (3, "valid", (2, 3), (9, 8)), (2, "same", 3, (8, 5)),
+           ((3, 2), "same", (3, 2), (6, 9))]
+
+
+def _tf_gradients(layer, x, dy):
+  """TensorFlow's own (dL/dx, dL/dkernel) of `layer`'s convolution for the output gradient dy."""
+  with tf.GradientTape() as tape:
+    tape.watch(x)
+    y = tf.nn.convolution(x, layer.kernel, padding=layer.padding.upper(),
+                          dilations=layer.dilation_rate)
+  return tape.gradient(y, [x, layer.kernel], output_gradients=dy)
+
+
+@pytest.mark.parametrize("kernel_size,padding,rate,size", DILATED)
+def test_dilated_backprop_is_tensorflows_own_gradient(kernel_size, padding, rate, size):
+  """THOR's backward pass lowers a dilated conv through space-to-batch, as tf.nn.convolution
+  does, so it needs no dilated Conv2DBackpropInput/Filter (TensorFlow's CPU kernels without
+  oneDNN have none); the values are TensorFlow's own gradient's, also for unknown shapes."""
+  layer = tf_keras.layers.Conv2D(4, kernel_size, padding=padding, dilation_rate=rate)
+  x = _data(40, 2, *size, 3)
+  dy = _data(41, *layer(x).shape)
+  want = _tf_gradients(layer, x, dy)
+
+  def lowered(x, dy):
+    return (thor.conv_backprop_input(layer, x, layer.kernel, dy),
+            thor.conv_backprop_filter(layer, x, layer.kernel, dy))
+
+  unknown = tf.TensorSpec([None, None, None, None])
+  for fn in (lowered, tf.function(lowered),
+             tf.function(lowered, input_signature=[unknown, unknown])):
+    for got, expected in zip(fn(x, dy), want):
+      np.testing.assert_allclose(got, expected, rtol=1e-6, atol=1e-6)
+
+
+def _dilated_ops(graph_def) -> list[tuple[str, list[int]]]:
+  """(op type, dilations) of every op of a graph and its functions (cond branches...) that
+  has a `dilations` attribute."""
+  nodes = list(graph_def.node)
+  for function in graph_def.library.function:
+    nodes.extend(function.node_def)
+  return [(node.op, list(node.attr["dilations"].list.i)) for node in nodes
+          if "dilations" in node.attr]
+
+
+@pytest.mark.parametrize("low_rank", ["never", "always"])
+def test_thor_step_of_a_dilated_conv_runs_no_dilated_kernel(low_rank):
+  """The regression on any machine: TensorFlow's CPU kernels without oneDNN (CPUs without
+  AVX-512, TF_ENABLE_ONEDNN_OPTS=0) reject dilated Conv2DBackpropInput/Filter, so a THOR
+  step's graph must hold no convolution op with a dilation, backward passes included."""
+  tf_keras.utils.set_random_seed(16)
+  dilated = tf_keras.layers.Conv2D(4, 3, padding="same", dilation_rate=2, name="dilated")
+  model = tf_keras.Sequential([tf_keras.Input((7, 7, 3)), tf_keras.layers.Conv2D(3, 1),
+                               dilated])
+  opt = thor.Thor(learning_rate=0.01, momentum=0.0, frequency=2, damping=0.1,
+                  low_rank=low_rank)
+  assert "dilated" in thor.attach_thor(model, opt)
+  step = _train_step(model, opt)
+  x, t = _data(50, 2, 7, 7, 3), _data(51, 2, 7, 7, 4)
+  ops = _dilated_ops(step.get_concrete_function(x, t).graph.as_graph_def())
+  kinds = {op for op, _ in ops}
+  assert {"Conv2DBackpropInput", "Conv2DBackpropFilter"} <= kinds, kinds
+  assert [(op, d) for op, d in ops if d != [1, 1, 1, 1]] == []
+  k0 = dilated.kernel.numpy()
+  losses = [float(step(x, t)) for _ in range(3)]  # a refresh step, then one between refreshes
+  assert losses[0] > losses[1] > losses[2], losses
+  assert not np.array_equal(dilated.kernel.numpy(), k0)
+  assert opt.thor_layer(dilated.kernel).preconditioned_in_backward == (low_rank == "always")
+
+
 def _two_convs(low_rank, **kwargs):
   """16x16 -> a 3x3 conv with 1,024 rows (kernel-sized path pays) -> a 3x3 stride-4 conv to 1
   position with 576 x 64 weights (low-rank pays at batch 4); BatchNorm, pooling, Dense.

@@ -66,6 +66,9 @@ Hooked layers: tf_keras Conv2D (groups 1, channels_last; not Conv2DTranspose) an
 DepthwiseConv2D, SeparableConv2D and the rest stay first-order (a depthwise kernel has no
 input-channel mixing for A to describe). Biases are first-order too (MindSpore's layers have
 none). A layer called several times in one step records the call whose backward ran last.
+A hooked dilated Conv2D's input and kernel gradients go through space-to-batch, as
+tf.nn.convolution's forward pass does off TPU (TensorFlow's CPU kernels without oneDNN have no
+dilated Conv2DBackpropInput/Filter): op for op the gradient TensorFlow takes, on every device.
 
 When: the backward hooks of the layers that precondition in the update hand their (inputs, dy)
 to apply_gradients, which records them all in one `tf.cond` on the refresh step (ResNet-10's
@@ -252,10 +255,65 @@ def low_rank_pays(rows: int, a_layout: BlockLayout, g_layout: BlockLayout) -> bo
   return 2 * low_rank < kernel_sized
 
 
-def _conv_backprop(op, layer, **tensors) -> tf.Tensor:
-  """Conv2DBackpropInput / Conv2DBackpropFilter with a channels-last Conv2D's geometry."""
-  return op(strides=[1, *layer.strides, 1], padding=layer.padding.upper(),
-            dilations=[1, *layer.dilation_rate, 1], **tensors)
+def _space_to_batch(layer) -> bool:
+  """Whether a Conv2D's backward pass goes through space-to-batch: when it is dilated (Keras
+  then requires stride 1).
+
+  TensorFlow's CPU kernels without oneDNN (AVX2 without AVX-512, TF_ENABLE_ONEDNN_OPTS=0) have
+  no dilated Conv2DBackpropInput/Filter. Off TPU tf.nn.convolution runs a dilated forward pass
+  as space_to_batch, an undilated VALID conv and batch_to_space, so this is op for op the
+  gradient TensorFlow itself takes of it: one code path on every device, exact everywhere.
+  """
+  return (any(r != 1 for r in layer.dilation_rate)
+          and all(s == 1 for s in layer.strides))
+
+
+def _space_to_batch_paddings(layer, inputs: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
+  """(paddings, crops) of tf.nn.convolution's space-to-batch lowering of `layer` on `inputs`:
+  SAME's padding made explicit (more at the end, as conv2d), then up to multiples of the rate."""
+  base = []
+  for size, rate in zip(layer.kernel_size, layer.dilation_rate):
+    extra = (size - 1) * rate if layer.padding == "same" else 0
+    base.append([extra // 2, extra - extra // 2])
+  spatial = inputs.shape[1:3].as_list()
+  if None in spatial:
+    spatial = tf.shape(inputs)[1:3]
+  return tf.required_space_to_batch_paddings(
+      input_shape=spatial, block_shape=layer.dilation_rate, base_paddings=base)
+
+
+def conv_backprop_input(layer, inputs: tf.Tensor, kernel: tf.Tensor,
+                        dy: tf.Tensor) -> tf.Tensor:
+  """dL/d`inputs` of a channels-last Conv2D from its output's gradient `dy`."""
+  if not _space_to_batch(layer):
+    return tf.raw_ops.Conv2DBackpropInput(
+        input_sizes=tf.shape(inputs), filter=kernel, out_backprop=dy,
+        strides=[1, *layer.strides, 1], padding=layer.padding.upper(),
+        dilations=[1, *layer.dilation_rate, 1])
+  rate = list(layer.dilation_rate)
+  paddings, crops = _space_to_batch_paddings(layer, inputs)
+  shape = tf.shape(inputs)
+  padded = shape[1:3] + tf.reduce_sum(paddings, 1)
+  sizes = tf.concat([shape[:1] * math.prod(rate), padded // rate, shape[3:]], 0)
+  dx = tf.raw_ops.Conv2DBackpropInput(
+      input_sizes=sizes, filter=kernel, out_backprop=tf.space_to_batch_nd(dy, rate, crops),
+      strides=[1, 1, 1, 1], padding="VALID")
+  return tf.batch_to_space(dx, rate, paddings)
+
+
+def conv_backprop_filter(layer, inputs: tf.Tensor, kernel: tf.Tensor,
+                         dy: tf.Tensor) -> tf.Tensor:
+  """dL/d`kernel` of a channels-last Conv2D from its output's gradient `dy`."""
+  if not _space_to_batch(layer):
+    return tf.raw_ops.Conv2DBackpropFilter(
+        input=inputs, filter_sizes=tf.shape(kernel), out_backprop=dy,
+        strides=[1, *layer.strides, 1], padding=layer.padding.upper(),
+        dilations=[1, *layer.dilation_rate, 1])
+  rate = list(layer.dilation_rate)
+  paddings, crops = _space_to_batch_paddings(layer, inputs)
+  return tf.raw_ops.Conv2DBackpropFilter(
+      input=tf.space_to_batch_nd(inputs, rate, paddings), filter_sizes=tf.shape(kernel),
+      out_backprop=tf.space_to_batch_nd(dy, rate, crops), strides=[1, 1, 1, 1], padding="VALID")
 
 
 def _im2col(layer, inputs: tf.Tensor, dim: int) -> tf.Tensor:
@@ -553,8 +611,7 @@ class Thor(tf_keras.optimizers.legacy.Optimizer):
     layer = state.layer
 
     def plain():
-      return _conv_backprop(tf.raw_ops.Conv2DBackpropFilter, layer, input=inputs,
-                            filter_sizes=tf.shape(kernel), out_backprop=dy)
+      return conv_backprop_filter(layer, inputs, kernel, dy)
 
     if not low_rank:
       recorded = self.record_factors(state, inputs, dy)
@@ -828,8 +885,7 @@ def _hook_convolution(layer: tf_keras.layers.Layer, state: ThorLayer, thor: Thor
     outputs = original(inputs, kernel)
 
     def grad(dy):
-      dx = _conv_backprop(tf.raw_ops.Conv2DBackpropInput, layer,
-                          input_sizes=tf.shape(inputs), filter=kernel, out_backprop=dy)
+      dx = conv_backprop_input(layer, inputs, kernel, dy)
       rows = None
       if inputs.shape[0] is not None and None not in dy.shape[1:3]:
         rows = int(inputs.shape[0]) * int(dy.shape[1]) * int(dy.shape[2])
