@@ -1,33 +1,59 @@
-# Sourced by the run_*.sh launchers: how to call nascli, and argument checks.
-# NASCLI (a path to the nascli program) wins; else `nascli` on PATH; else this checkout's .venv.
+#!/bin/sh
+# Sourced by the run_*.sh launchers, which are POSIX sh (dash or bash runs them): how to find
+# nascli, and argument checks. NASCLI (a path to the nascli program) wins; else `nascli` on
+# PATH; else this checkout's .venv. A launcher sources it from _script_dir, the folder of $0
+# (its own path, as `sh scripts/x.sh` or PATH gave it), so it works from any directory.
 
-_repo_dir="$(cd -- "$(dirname -- "${BASH_SOURCE[0]}")/.." && pwd)"
+# shellcheck disable=SC2154  # _script_dir: set by the launcher.
+_repo_dir="$(CDPATH='' cd -- "${_script_dir}/.." && pwd)"
 
-nascli_cmd() {
-  if [[ -n "${NASCLI:-}" ]]; then
-    "${NASCLI}" "$@"
-  elif command -v nascli > /dev/null 2>&1; then
-    nascli "$@"
-  elif [[ -x "${_repo_dir}/.venv/bin/nascli" ]]; then
-    "${_repo_dir}/.venv/bin/nascli" "$@"
-  else
-    echo "Error: nascli not found: install it (bash scripts/setup.sh) or set NASCLI" >&2
-    exit 1
-  fi
-}
+# TensorFlow's C++ log lines (CUDA stub, oneDNN, CPU features) are noise in a launcher's output
+# and in each worker's logs; a level the user set wins. (Lines TensorFlow logs through absl, as
+# grappler does, ignore it.)
+TF_CPP_MIN_LOG_LEVEL="${TF_CPP_MIN_LOG_LEVEL:-3}"
+export TF_CPP_MIN_LOG_LEVEL
 
 die() {
   echo "Error: $*" >&2
   exit 1
 }
 
-# An absolute path to an existing folder, or exit 1 naming it.
-existing_dir() {
-  local what="$1" path="$2"
-  [[ -d "${path}" ]] || die "${what} ${path} does not exist (or is not a folder)"
-  (cd -- "${path}" && pwd)
+# Sets nascli_prog to the nascli program, or exits 1 saying how to get one. Called before any
+# redirection, so that the message reaches the terminal.
+# shellcheck disable=SC2034  # nascli_prog: read by the launcher.
+find_nascli() {
+  if [ -n "${NASCLI:-}" ]; then
+    nascli_prog="${NASCLI}"
+  elif nascli_prog="$(command -v nascli 2> /dev/null)"; then
+    :
+  elif [ -x "${_repo_dir}/.venv/bin/nascli" ]; then
+    nascli_prog="${_repo_dir}/.venv/bin/nascli"
+  else
+    die "nascli not found: install it (bash scripts/setup.sh) or set NASCLI"
+  fi
 }
 
+# An absolute path to an existing folder (WHAT PATH), or exit 1 naming it.
+existing_dir() {
+  [ -d "$2" ] || die "$1 $2 does not exist (or is not a folder)"
+  (CDPATH='' cd -- "$2" && pwd)
+}
+
+# A positive integer without leading zeros.
 is_count() {
-  [[ "$1" =~ ^[1-9][0-9]*$ ]]
+  case "$1" in
+    '' | 0* | *[!0-9]*) return 1 ;;
+  esac
+}
+
+# Digits only (a device id, as CUDA_VISIBLE_DEVICES takes it).
+is_digits() {
+  case "$1" in
+    '' | *[!0-9]*) return 1 ;;
+  esac
+}
+
+# A list index: 0, or a count; at most 9 digits, so that `[ -lt ]` can compare it.
+is_index() {
+  [ "$1" = 0 ] || { is_count "$1" && [ "${#1}" -le 9 ]; }
 }

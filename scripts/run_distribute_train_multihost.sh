@@ -1,11 +1,12 @@
-#!/usr/bin/env bash
+#!/bin/sh
 # Multi-host training with MultiWorkerMirroredStrategy: one worker per HOSTFILE line
-# (host:port, the first is the chief), each started with its TF_CONFIG.
+# (host:port, the first is the chief), each started with its TF_CONFIG. POSIX sh: `sh` or
+# `bash` runs it.
 #
-#   On every host:     bash $0 HOSTFILE DATASET_PATH INDEX [nascli train options...]
+#   On every host:     sh $0 HOSTFILE DATASET_PATH INDEX [nascli train options...]
 #                      (INDEX = this host's line, from 0; start them with your cluster's
 #                      launcher, pdsh, or by hand)
-#   All on this host:  bash $0 HOSTFILE DATASET_PATH all [nascli train options...]
+#   All on this host:  sh $0 HOSTFILE DATASET_PATH all [nascli train options...]
 #                      (every line must name this machine: localhost, 127.0.0.1 or hostname)
 #
 # Each worker reads its own equal, disjoint share of the training shards (make the shard count
@@ -13,81 +14,99 @@
 # ./train_multihost (the chief's log, checkpoints, params.yaml); put it on shared storage for
 # resume across hosts. With `all`, worker output goes to ./train_multihost/worker_<INDEX>.out
 # (results) and .err (progress, logs); the chief's result is printed at the end.
-set -euo pipefail
-source "$(dirname -- "${BASH_SOURCE[0]}")/_launch_common.sh"
+set -eu
+_script_dir="$(dirname -- "$0")"
+. "${_script_dir}/_launch_common.sh"
 
-usage="Usage: bash $0 HOSTFILE DATASET_PATH INDEX|all [nascli train options...]"
-if [[ $# -lt 3 ]]; then
+usage="Usage: sh $0 HOSTFILE DATASET_PATH INDEX|all [nascli train options...]"
+if [ $# -lt 3 ]; then
   echo "${usage}" >&2
   exit 1
 fi
 hostfile="$1"
-[[ -f "${hostfile}" ]] || die "HOSTFILE ${hostfile} does not exist"
+[ -f "${hostfile}" ] || die "HOSTFILE ${hostfile} does not exist"
 dataset_path="$(existing_dir DATASET_PATH "$2")"
 which="$3"
 shift 3
 
-hosts=()
+# hosts: the host:port entries, space-separated (the check below leaves no space or glob
+# character in them, so `for h in ${hosts}` splits them back safely).
+hosts=""
+num_hosts=0
+workers_json=""
 line_no=0
-while IFS= read -r line || [[ -n "${line}" ]]; do
+while IFS= read -r line || [ -n "${line}" ]; do
   line_no=$((line_no + 1))
   line="${line%%#*}"
-  line="${line//[[:space:]]/}"
-  [[ -z "${line}" ]] && continue
-  [[ "${line}" =~ ^[A-Za-z0-9._-]+:[0-9]{1,5}$ ]] \
-    || die "HOSTFILE ${hostfile} line ${line_no}: expected host:port, got '${line}'"
-  hosts+=("${line}")
+  line="$(printf '%s' "${line}" | tr -d '[:space:]')"
+  [ -n "${line}" ] || continue
+  host="${line%:*}"
+  port="${line##*:}"
+  case "${line}" in *:*) ;; *) host="" ;; esac
+  case "${host}" in '' | *[!A-Za-z0-9._-]*) host="" ;; esac
+  case "${port}" in '' | *[!0-9]*) port="" ;; esac
+  if [ -z "${host}" ] || [ -z "${port}" ] || [ "${#port}" -gt 5 ]; then
+    die "HOSTFILE ${hostfile} line ${line_no}: expected host:port, got '${line}'"
+  fi
+  hosts="${hosts:+${hosts} }${line}"
+  workers_json="${workers_json:+${workers_json},}\"${line}\""
+  num_hosts=$((num_hosts + 1))
 done < "${hostfile}"
-[[ ${#hosts[@]} -ge 1 ]] || die "HOSTFILE ${hostfile} names no host:port"
+[ "${num_hosts}" -ge 1 ] || die "HOSTFILE ${hostfile} names no host:port"
 
-workers_json=""
-for h in "${hosts[@]}"; do
-  workers_json+="${workers_json:+,}\"${h}\""
-done
-
+# Checked before anything is written.
+if [ "${which}" = all ]; then
+  me="$(uname -n)"
+  for h in ${hosts}; do
+    case "${h%:*}" in
+      localhost | 127.0.0.1 | "${me}") ;;
+      *) die "'all' starts every worker here, but HOSTFILE names ${h%:*}; run INDEX mode on it" ;;
+    esac
+  done
+elif ! { is_index "${which}" && [ "${which}" -lt "${num_hosts}" ]; }; then
+  die "INDEX must be all or a HOSTFILE line index 0..$((num_hosts - 1)), got '${which}'"
+fi
+find_nascli
 mkdir -p train_multihost
 model_dir="$(cd train_multihost && pwd)"
 
-start_worker() {  # index -> runs one worker in the foreground
-  local index="$1"
+start_worker() {  # INDEX [nascli train options...] -> runs one worker in the foreground
+  worker_index="$1"
   shift
-  local tmp="${model_dir}/tmp_worker_${index}"
-  mkdir -p "${tmp}"
-  TMPDIR="${tmp}" \
-  TF_CONFIG="{\"cluster\": {\"worker\": [${workers_json}]}, \"task\": {\"type\": \"worker\", \"index\": ${index}}}" \
-    nascli_cmd train --dataset_dir "${dataset_path}" --model_dir "${model_dir}" \
+  worker_tmp="${model_dir}/tmp_worker_${worker_index}"
+  mkdir -p "${worker_tmp}"
+  worker_task="{\"type\": \"worker\", \"index\": ${worker_index}}"
+  TMPDIR="${worker_tmp}" \
+  TF_CONFIG="{\"cluster\": {\"worker\": [${workers_json}]}, \"task\": ${worker_task}}" \
+    "${nascli_prog}" train --dataset_dir "${dataset_path}" --model_dir "${model_dir}" \
       --strategy multi_worker_mirrored "$@"
 }
 
-if [[ "${which}" == "all" ]]; then
-  me="$(hostname)"
-  for h in "${hosts[@]}"; do
-    case "${h%%:*}" in
-      localhost|127.0.0.1|"${me}") ;;
-      *) die "'all' starts every worker here, but HOSTFILE names ${h%%:*}; run INDEX mode on it" ;;
-    esac
-  done
-  pids=()
-  for i in "${!hosts[@]}"; do
+if [ "${which}" = all ]; then
+  pids=""
+  i=0
+  while [ "${i}" -lt "${num_hosts}" ]; do
     start_worker "${i}" "$@" > "${model_dir}/worker_${i}.out" 2> "${model_dir}/worker_${i}.err" &
-    pids+=("$!")
+    pids="${pids:+${pids} }$!"
+    i=$((i + 1))
   done
-  echo "started ${#pids[@]} workers (output: ${model_dir}/worker_<INDEX>.out and .err)" >&2
+  echo "started ${num_hosts} workers (output: ${model_dir}/worker_<INDEX>.out and .err)" >&2
   status=0
-  for i in "${!pids[@]}"; do
-    if ! wait "${pids[$i]}"; then
+  i=0
+  for pid in ${pids}; do
+    if ! wait "${pid}"; then
       last="$(grep -E '^Error: ' "${model_dir}/worker_${i}.err" | tail -n 1 || true)"
       echo "worker ${i} failed: ${last:-see ${model_dir}/worker_${i}.err}" >&2
       status=1
     fi
+    i=$((i + 1))
   done
-  if [[ ${status} -ne 0 ]]; then
-    kill "${pids[@]}" 2> /dev/null || true
+  if [ "${status}" -ne 0 ]; then
+    # shellcheck disable=SC2086  # one argument per pid
+    kill ${pids} 2> /dev/null || true
     exit 1
   fi
   cat "${model_dir}/worker_0.out"
-elif [[ "${which}" =~ ^[0-9]+$ ]] && (( which < ${#hosts[@]} )); then
-  start_worker "${which}" "$@"
 else
-  die "INDEX must be all or a HOSTFILE line index 0..$(( ${#hosts[@]} - 1 )), got '${which}'"
+  start_worker "${which}" "$@"
 fi
