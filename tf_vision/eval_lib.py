@@ -27,6 +27,23 @@ def resolve_checkpoint(model_dir: str | None, checkpoint: str | None) -> str:
   return target
 
 
+def _evaluation_strategy(strategy: tf.distribute.Strategy) -> tf.distribute.Strategy:
+  """One device instead of several logical CPU devices of one host.
+
+  They share the same cores, so splitting the evaluation gains nothing, and the last partial
+  batch leaves some replicas an empty batch, on which oneDNN's CPU kernels fail (TF 2.20:
+  `input depth must be evenly divisible by filter depth: 3 vs 64`), as `--num_gpus 8` on a
+  CPU-only machine (`sh scripts/run_distribute_train_gpu.sh DATA 8`) did.
+  """
+  if not isinstance(strategy, tf.distribute.MirroredStrategy) or (
+      strategy.num_replicas_in_sync < 2):
+    return strategy
+  devices = strategy.extended.worker_devices
+  if all(tf.DeviceSpec.from_string(d).device_type == "CPU" for d in devices):
+    return tf.distribute.OneDeviceStrategy(devices[0])
+  return strategy
+
+
 def _value(v):
   v = v.numpy() if hasattr(v, "numpy") else v
   try:
@@ -41,6 +58,7 @@ def evaluate(params: cfg.ExperimentConfig, checkpoint: str, strategy: tf.distrib
 
   With `summary_dir`, the metrics also go to TensorBoard there at the checkpoint's step.
   """
+  strategy = _evaluation_strategy(strategy)
   with strategy.scope():
     task = task_factory.get_task(params.task)
     model = task.build_model()
