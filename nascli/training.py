@@ -48,6 +48,8 @@ class TrainArgs:
   # Config overrides from the caller (e.g. a NAS trial's architecture), applied last.
   extra_options: dict[str, Any] = dataclasses.field(default_factory=dict)
   fastnn: dict[str, Any] = dataclasses.field(default_factory=dict)
+  # Stage 2: the search's recipe (tf_vision.configs.stage2.Recipe), beneath the user's sources.
+  recipe: Any = None
 
 
 MODES = ("train", "train_and_eval", "train_and_post_eval")
@@ -59,9 +61,9 @@ def experiment_names() -> list[str]:
   return sorted(exp_factory._REGISTERED_CONFIGS)  # pylint: disable=protected-access
 
 
-def _has_gpu() -> bool:
+def _gpu_count() -> int:
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
-  return bool(tf.config.list_physical_devices("GPU"))
+  return len(tf.config.list_physical_devices("GPU"))
 
 
 def plan(args: TrainArgs):
@@ -100,12 +102,19 @@ def plan(args: TrainArgs):
     experiment = experiment or binding.experiment
     if args.model != binding.model and not args.experiment:
       args.model = binding.model
+  gpus = _gpu_count()
   spec = params_lib.RunSpec(
       model=args.model, experiment=experiment, config_files=args.config_files,
       params_override=args.params_override, hparams_file=args.hparams_file, options=options,
       hparams={k: v for k, v in args.fastnn.items()}, data=data,
-      strategy=args.strategy, num_gpus=args.num_gpus, has_gpu=_has_gpu())
+      strategy=args.strategy, num_gpus=args.num_gpus, has_gpu=gpus > 0, gpu_count=gpus,
+      recipe=args.recipe)
   run_plan = params_lib.build(spec)
+  # Plain prints, not Rich: one line each whatever the width, and no markup in the values.
+  for line in run_plan.recipe_lines:
+    print(line, file=sys.stderr, flush=True)
+  for warning in run_plan.warnings:
+    print(f"warning: {warning}", file=sys.stderr, flush=True)
   if args.seed is not None:  # a seeded run is repeatable: tf.data keeps its order too
     data_config = run_plan.params.task.train_data
     run_plan.params = run_plan.params.replace(task={"train_data": {
@@ -280,33 +289,43 @@ def _train(args: TrainArgs, upload_to: str | None = None) -> dict:
 
 def train_search_trials(args: TrainArgs, job_dir: str, trial_numbers: str,
                         warm_start: bool = False) -> list[dict]:
-  """Stage 2: retrains searched trials' architectures, each into MODEL_DIR/<trial_id>."""
-  import json  # pylint: disable=g-import-not-at-top
+  """Stage 2: retrains searched trials' architectures, each into MODEL_DIR/<trial_id>.
+
+  Each starts from its search's recipe (tf_vision/configs/stage2.py: the trial's params.yaml,
+  schedule STAGE2_SCHEDULE_FACTOR times longer), beneath --config_file/--params_override; with
+  no data flags it trains on the search's data.
+  """
+  from tf_vision.configs import stage2  # pylint: disable=g-import-not-at-top
   ids = [t.strip() for t in trial_numbers.split(",") if t.strip()]
   if not ids:
     raise NascliError("--train_nas_trial_numbers needs trial ids, e.g. 3,7")
   base_dir = args.model_dir or DEFAULT_MODEL_DIR
+  has_data = any((args.dataset_dir, args.training_data_path, args.validation_data_path))
+  trials = [stage2.read_trial(job_dir, trial_id) for trial_id in ids]  # all checked up front
   results = []
-  for trial_id in ids:
-    trial_dir = storage.join(job_dir, trial_id)
-    params_path = storage.join(trial_dir, "nas_params_str.json")
-    if not storage.is_file(params_path):
-      raise NascliError(f"search job {job_dir} has no trial {trial_id} ({params_path} missing)")
-    space = args.search_space
-    spec_path = storage.join(trial_dir, "trial_spec.json")
-    if storage.is_file(spec_path):
-      space = json.loads(storage.read_text(spec_path)).get("search_space", space)
+  for trial in trials:
+    for note in trial.notes:
+      stderr.print(f"note: {note}")
+    recipe = trial.recipe
+    if recipe and args.experiment and trial.experiment and args.experiment != trial.experiment:
+      stderr.print(f"note: --experiment {args.experiment} is not the search's"
+                   f" {trial.experiment}: trial {trial.trial_id} starts from its defaults")
+      recipe = None
     extra = dict(args.extra_options)
     if warm_start:
       import tensorflow as tf  # pylint: disable=g-import-not-at-top
-      readable = (trial_dir if not storage.is_gcs(trial_dir) or storage.tf_data_mode() == "stream"
-                  else storage.stage(trial_dir))
+      readable = (trial.trial_dir if not storage.is_gcs(trial.trial_dir)
+                  or storage.tf_data_mode() == "stream" else storage.stage(trial.trial_dir))
       checkpoint = tf.train.latest_checkpoint(readable)
       if checkpoint is None:
-        raise NascliError(f"trial {trial_id} of {job_dir} has no checkpoint to start from")
+        raise NascliError(f"trial {trial.trial_id} of {job_dir} has no checkpoint to start from")
       extra = _merge(extra, {"task": {"init_checkpoint": checkpoint,
                                       "init_checkpoint_modules": "backbone"}})
+    data = {} if has_data else trial.data  # no data flags: the search's data
     results.append(train(dataclasses.replace(
-        args, nas_params_str=params_path, search_space=space,
-        model_dir=storage.join(base_dir, trial_id), extra_options=extra)))
+        args, nas_params_str=trial.nas_params_path,
+        search_space=trial.search_space or args.search_space,
+        experiment=args.experiment or (trial.experiment if recipe else None),
+        model_dir=storage.join(base_dir, trial.trial_id), extra_options=extra, recipe=recipe,
+        **data)))
   return results

@@ -64,3 +64,20 @@ def test_thor_cpu_recipe_refreshes_divide_the_epoch():
   params = _load("configs/experiments/digits_resnet10_thor_cpu.yaml")
   thor = params.trainer.optimizer_config.optimizer.thor
   assert thor.steps_per_epoch == 1438 // 32 and thor.steps_per_epoch % thor.frequency == 0
+
+
+@pytest.mark.parametrize("recipe", sorted(RECIPES))
+def test_recipe_passes_the_trainer_invariants_as_written(recipe):
+  """Every key a recipe writes counts as the user's: nothing in it may need a silent fix."""
+  # pylint: disable=g-import-not-at-top
+  from tf_vision import params as params_lib
+  from tf_vision.configs import consistency
+  params = _load(recipe)
+  path = str(ROOT / "tf_vision" / recipe)
+  written = params_lib.load_yaml_source(path, path)
+  explicit = {key: recipe for key in params_lib.leaves(written)}
+  # The GPU recipes are meant for 1, 2, 4 or 8 GPUs: batches must split evenly over 8.
+  replicas = 8 if recipe.endswith("_gpu.yaml") else 1
+  before = params.as_dict()
+  consistency.check(consistency.Context(params=params, explicit=explicit, num_replicas=replicas))
+  assert params.as_dict() == before

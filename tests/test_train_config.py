@@ -131,3 +131,146 @@ def test_nas_params_str_selects_the_tunable_backbone_and_its_blocks(digits_dir, 
   params["blocks[0].kernel_size"] = "2/2 (7)"
   with pytest.raises(NascliError, match="blocks\\[0\\].kernel_size"):
     plan(TrainArgs(dataset_dir=digits_dir, nas_params_str=json.dumps(params)))
+
+
+# ---- Model Garden's trainer invariants, checked when the config is built (issue 18). ----
+
+NAS_MNASNET = "nas_classification_tunable_mnasnet"
+
+
+@pytest.fixture(scope="module")
+def shapes_dir(tmp_path_factory):
+  from nascli.data.convert import ShardingOptions, convert  # pylint: disable=g-import-not-at-top
+  from nascli.data.source import ConvertOptions  # pylint: disable=g-import-not-at-top
+  out = tmp_path_factory.mktemp("shapes")
+  convert("shapes", out, ConvertOptions(image_size=128, num_samples=16, validation_size=8,
+                                        progress=False),
+          ShardingOptions(num_shards=2, processes=1))
+  return str(out)
+
+
+def test_interval_contradiction_is_refused_before_anything_is_written(cli, digits_dir, tmp_path):
+  model_dir = tmp_path / "run"
+  code, _, err = cli("train", "--experiment", NAS_MNASNET, "--dataset_dir", digits_dir,
+                     "--model_dir", model_dir, "--params_override",
+                     "trainer.steps_per_loop=50,trainer.summary_interval=1222")
+  assert code == 1
+  assert err.strip().splitlines()[-1] == (
+      "Error: invalid config: trainer.summary_interval 1222 (from --params_override) is not a"
+      " multiple of trainer.steps_per_loop 50 (from --params_override): Orbit writes training"
+      " summaries only at the end of a loop; set trainer.summary_interval=1250 or"
+      " trainer.steps_per_loop=47")
+  assert "ValueError" not in err
+  assert not model_dir.exists()  # refused in plan(), before the model dir is made
+
+
+def test_intervals_the_user_did_not_set_follow_the_steps_per_loop_they_did(digits_dir):
+  # The issue's case: only steps_per_loop given; the experiment's 1222-step intervals follow.
+  t = plan(TrainArgs(experiment=NAS_MNASNET, dataset_dir=digits_dir,
+                     params_override="trainer.steps_per_loop=50")).params.trainer
+  assert (t.summary_interval, t.checkpoint_interval, t.validation_interval) == (1250, 1250, 1250)
+  # Only an interval given: the default steps_per_loop (50) is lowered to divide it.
+  t = plan(TrainArgs(dataset_dir=digits_dir,
+                     params_override="trainer.summary_interval=30")).params.trainer
+  assert (t.steps_per_loop, t.summary_interval, t.checkpoint_interval,
+          t.validation_interval) == (30, 30, 60, 300)
+
+
+@pytest.mark.parametrize("override,message", [
+    ("trainer.train_steps=0", "trainer.train_steps 0 (from --params_override): training needs"
+     " at least one step; set trainer.train_steps=44 (one epoch)"),
+    ("trainer.steps_per_loop=0", "trainer.steps_per_loop 0 (from --params_override): Orbit runs"
+     " at least one step per loop; set trainer.steps_per_loop=50"),
+    ("trainer.steps_per_loop=50,trainer.checkpoint_interval=75", "trainer.checkpoint_interval 75"
+     " (from --params_override) is not a multiple of trainer.steps_per_loop 50 (from"
+     " --params_override): checkpoints are saved only at the end of a loop; set"
+     " trainer.checkpoint_interval=100 or trainer.steps_per_loop=25"),
+    ("trainer.steps_per_loop=40,trainer.validation_interval=300", "trainer.validation_interval"
+     " 300 (from --params_override) is not a multiple of trainer.steps_per_loop 40 (from"
+     " --params_override): evaluations cut the training loops at these steps; set"
+     " trainer.validation_interval=320 or trainer.steps_per_loop=30"),
+    ("trainer.validation_interval=-5", "trainer.validation_interval -5 (from --params_override):"
+     " a negative interval never advances training; set trainer.validation_interval=300"),
+    ("trainer.validation_steps=0", "trainer.validation_steps 0 (from --params_override): Orbit"
+     " evaluates a positive number of batches, or -1 for the whole validation set; set"
+     " trainer.validation_steps=-1"),
+    ("task.validation_data.global_batch_size=0", "task.validation_data.global_batch_size 0 (from"
+     " --params_override): a batch holds at least one example; set"
+     " task.validation_data.global_batch_size=1"),
+    ("trainer.optimizer_config.learning_rate.type=stepwise,"
+     "trainer.optimizer_config.learning_rate.stepwise.boundaries=[100,200],"
+     "trainer.optimizer_config.learning_rate.stepwise.values=[0.1,0.01]",
+     "trainer.optimizer_config.learning_rate.stepwise.boundaries [100, 200] (from"
+     " --params_override) and trainer.optimizer_config.learning_rate.stepwise.values [0.1, 0.01]"
+     " (from --params_override): a step schedule has one value more than boundaries; give 3"
+     " values or 1 boundaries"),
+    ("task.init_checkpoint=/ckpts/ckpt-1,task.init_checkpoint_modules=head",
+     "task.init_checkpoint_modules head (from --params_override): Model Garden initializes all"
+     " or backbone; set task.init_checkpoint_modules=backbone"),
+])
+def test_trainer_invariants_name_the_keys_and_a_working_value(digits_dir, override, message):
+  with pytest.raises(NascliError) as e:
+    plan(TrainArgs(dataset_dir=digits_dir, params_override=override))
+  assert str(e.value) == f"invalid config: {message}"
+
+
+def test_batch_sizes_against_replicas(digits_dir):
+  with pytest.raises(NascliError) as e:
+    plan(TrainArgs(dataset_dir=digits_dir, strategy="mirrored", num_gpus=2,
+                   params_override="task.train_data.global_batch_size=33"))
+  assert str(e.value) == (
+      "invalid config: task.train_data.global_batch_size 33 (from --params_override) is not"
+      " divisible by the 2 replicas (mirrored on runtime.num_gpus 2): every replica gets an equal"
+      " share; set task.train_data.global_batch_size=34 or 32")
+  # The experiment's own batch sizes (32, 64) are rounded up for 3 replicas, with a note.
+  run_plan = plan(TrainArgs(dataset_dir=digits_dir, strategy="mirrored", num_gpus=3))
+  data = run_plan.params.task
+  assert (data.train_data.global_batch_size, data.validation_data.global_batch_size) == (33, 66)
+  assert "task.train_data.global_batch_size 32 -> 33: a multiple of the 3 replicas" in (
+      run_plan.notes)
+  assert run_plan.steps_per_epoch == 1438 // 33
+
+
+def test_detection_input_size_against_max_level(shapes_dir):
+  with pytest.raises(NascliError) as e:
+    plan(TrainArgs(model="retinanet", dataset_dir=shapes_dir,
+                   params_override="task.model.input_size=[100,100,3]"))
+  assert str(e.value) == (
+      "invalid config: task.model.input_size [100, 100, 3] (from --params_override) does not"
+      " divide by 128, 2**task.model.max_level 7: the detector's feature maps halve at each"
+      " level; set task.model.input_size=[128, 128, 3]")
+  with pytest.raises(NascliError, match=r"does not divide by 256, 2\*\*task.model.max_level 8"
+                     r" \(from --params_override\).*set task.model.input_size=\[256, 256, 3\]"):
+    plan(TrainArgs(model="retinanet", dataset_dir=shapes_dir,
+                   params_override="task.model.max_level=8"))
+
+
+def test_values_nobody_set_are_fixed_silently():
+  from tf_vision import params as params_lib  # pylint: disable=g-import-not-at-top
+  from tf_vision.configs import consistency  # pylint: disable=g-import-not-at-top
+  params = params_lib.load_experiment("nascli_retinanet")
+  params.task.model.input_size = [100, 160, 3]
+  params.trainer.steps_per_loop = 30  # the defaults' intervals: 10 (summary, checkpoint), 100
+  ctx = consistency.Context(params=params)
+  consistency.check(ctx)
+  assert list(params.task.model.input_size) == [128, 256, 3]
+  t = params.trainer
+  assert (t.summary_interval, t.checkpoint_interval, t.validation_interval) == (30, 30, 120)
+
+
+def test_absurd_schedules_get_a_warning_naming_the_numbers(digits_dir, capsys):
+  run_plan = plan(TrainArgs(experiment=NAS_MNASNET, dataset_dir=digits_dir))
+  assert run_plan.warnings == [
+      "trainer.train_steps 12218 at global batch 1024 is 8700 epochs of the 1438 training"
+      " records (more than 1000): a schedule for a larger data set?",
+      "task.validation_data.global_batch_size 1024 is larger than the 359 validation records and"
+      " drop_remainder is on: evaluation sees no batch"]
+  assert f"warning: {run_plan.warnings[0]}" in capsys.readouterr().err.splitlines()
+  run_plan = plan(TrainArgs(dataset_dir=digits_dir, params_override=(
+      "task.train_data.global_batch_size=2048,trainer.train_steps=10,trainer.steps_per_loop=10")))
+  assert run_plan.warnings == [
+      "task.train_data.global_batch_size 2048 is larger than the training set (1438 records): an"
+      " epoch is shorter than one step",
+      "the linear warmup (15 steps) is longer than trainer.train_steps 10: the learning rate never"
+      " reaches its peak"]
+  assert plan(TrainArgs(dataset_dir=digits_dir)).warnings == []  # the default recipe fits

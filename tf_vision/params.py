@@ -1,9 +1,11 @@
 """The final experiment config of a run, built in Model Garden's order of precedence.
 
-experiment defaults -> what the data says (dataset_info.json: classes, image size) ->
+experiment defaults -> a stage-2 run's carried recipe (the search trial's params.yaml, see
+tf_vision/configs/stage2.py) -> what the data says (dataset_info.json: classes, image size) ->
 --config_file (repeatable) -> --params_override -> FastNN hparams (file, then options).
 Every key of every source is checked before it is applied, so an unknown key is named with its
-full path and its source.
+full path and its source. The result is then checked against Model Garden's trainer invariants
+(tf_vision/configs/consistency.py), knowing which keys the user's own sources set.
 """
 
 import dataclasses
@@ -20,9 +22,11 @@ from official.modeling import hyperparams
 from official.vision.configs import image_classification as ic
 from official.vision.configs import retinanet as rn
 from tf_vision import registry_imports  # noqa: F401  pylint: disable=unused-import
+from tf_vision.configs import consistency
 from tf_vision.configs import experiment_configs as experiments
 from tf_vision.configs import fastnn
 from tf_vision.configs import fastnn_models
+from tf_vision.configs import stage2
 from tf_vision.configs.yaml_source import first_line as _first_line
 from tf_vision.configs.yaml_source import load_yaml_source  # noqa: F401  (params.load_yaml_source)
 
@@ -57,6 +61,9 @@ class RunSpec:
   strategy: str | None = None
   num_gpus: int | None = None
   has_gpu: bool = False
+  gpu_count: int = 0  # GPUs this process sees: the replicas of `mirrored` without --num_gpus
+  # Stage 2: the search's recipe, applied before the data and the user's sources.
+  recipe: stage2.Recipe | None = None
 
 
 @dataclasses.dataclass
@@ -66,6 +73,9 @@ class RunPlan:
   steps_per_epoch: int
   dataset_info: dict | None
   notes: list[str]
+  # A schedule that trains but does not fit the data (consistency.schedule_warning).
+  warnings: list[str] = dataclasses.field(default_factory=list)
+  recipe_lines: list[str] = dataclasses.field(default_factory=list)  # stage 2's recipe
 
 
 def check_keys(config: hyperparams.Config, override: dict, what: str, prefix: str = "") -> None:
@@ -87,12 +97,35 @@ def _closest(key: str, known: list[str]) -> str:
   return f" (did you mean '{match[0]}'?)" if match else ""
 
 
-def apply_override(params: cfg.ExperimentConfig, override: dict, what: str) -> None:
+def apply_override(params: cfg.ExperimentConfig, override: dict, what: str,
+                   explicit: dict[str, str] | None = None) -> None:
+  """Applies `override` (keys checked first); with `explicit`, records each key it sets."""
   check_keys(params, override, what)
   try:
     params.override(override, is_strict=True)
   except (KeyError, ValueError, TypeError, AttributeError) as e:
     raise NascliError(f"bad value in {what}: {_first_line(e)}") from None
+  if explicit is not None:
+    explicit.update((key, what) for key in leaves(override))
+
+
+def leaves(tree: Any, prefix: str = "") -> list[str]:
+  """The dotted keys of a nested dict's leaves (lists are leaves)."""
+  if not isinstance(tree, dict):
+    return [prefix[:-1]] if prefix else []
+  return [k for key, value in tree.items() for k in leaves(value, f"{prefix}{key}.")]
+
+
+def _changed(before: dict, after: dict) -> list[str]:
+  flat_before, flat_after = _flatten(before), _flatten(after)
+  return [k for k, v in flat_after.items() if flat_before.get(k, object()) != v]
+
+
+def _flatten(tree: Any, prefix: str = "") -> dict[str, Any]:
+  if not isinstance(tree, dict):
+    return {prefix[:-1]: tree}
+  return {k: v for key, value in tree.items()
+          for k, v in _flatten(value, f"{prefix}{key}.").items()}
 
 
 def load_experiment(name: str) -> cfg.ExperimentConfig:
@@ -219,16 +252,23 @@ def build(spec: RunSpec) -> RunPlan:
   name = spec.experiment or DEFAULT_EXPERIMENTS[spec.model]
   params = load_experiment(name)
   notes: list[str] = []
+  explicit: dict[str, str] = {}  # what the user's own sources set: consistency's fix-or-refuse
 
+  search_steps = 0
+  if spec.recipe:
+    for override, what in spec.recipe.sources:
+      apply_override(params, override, what)
+    search_steps = params.trainer.train_steps
   train, val, info = _resolve_data(spec.data)
   apply_override(params, _data_defaults(params, info, train, val), "the data set")
   for path in spec.config_files:
     if not (storage.is_file(path) if storage.is_gcs(path) else os.path.isfile(path)):
       raise NascliError(f"--config_file {path} does not exist")
-    apply_override(params, load_yaml_source(path, "--config_file"), f"--config_file {path}")
+    apply_override(params, load_yaml_source(path, "--config_file"), f"--config_file {path}",
+                   explicit)
   if spec.params_override:
     apply_override(params, load_yaml_source(spec.params_override, "--params_override"),
-                   "--params_override")
+                   "--params_override", explicit)
 
   hparams: dict[str, Any] = {}
   if spec.hparams_file:
@@ -241,6 +281,7 @@ def build(spec: RunSpec) -> RunPlan:
   batch = hparams.get("batch_size")
   global_batch = batch * num_replicas if batch else params.task.train_data.global_batch_size
   steps_per_epoch = train_records // global_batch if train_records and global_batch else 0
+  before_hparams = params.as_dict() if hparams else {}
   if hparams.get("model_name"):
     if _task_kind(params) != "classification":
       raise NascliError("FastNN model_name chooses a classifier; this experiment is"
@@ -258,13 +299,17 @@ def build(spec: RunSpec) -> RunPlan:
                                    num_replicas=num_replicas, has_gpu=spec.has_gpu)
     except (KeyError, ValueError, TypeError) as e:
       raise NascliError(f"FastNN hyperparameters: {_first_line(e)}") from None
+    explicit.update((key, "the FastNN hyperparameters")
+                    for key in _changed(before_hparams, params.as_dict()))
 
   if spec.options:
-    apply_override(params, spec.options, "the command-line options")
+    apply_override(params, spec.options, "the command-line options", explicit)
   if spec.strategy:
     params.runtime.distribution_strategy = spec.strategy
+    explicit["runtime.distribution_strategy"] = "--strategy"
   if spec.num_gpus is not None:
     params.runtime.num_gpus = spec.num_gpus
+    explicit["runtime.num_gpus"] = "--num_gpus"
   if params.runtime.mixed_precision_dtype == "float16" and not spec.has_gpu:
     notes.append("float16 mixed precision needs a GPU: training in float32 on this CPU")
     params.runtime.mixed_precision_dtype = "float32"
@@ -272,6 +317,17 @@ def build(spec: RunSpec) -> RunPlan:
     if not getattr(params.task, split).input_path:
       raise NascliError(f"no {split.replace('_data', '')} data: give --dataset_dir, or"
                         f" --{'training' if split == 'train_data' else 'validation'}_data_path")
+  if spec.recipe:
+    _stretch_stage2_schedule(params, spec.recipe, search_steps, explicit)
+
+  replicas, replicas_from = consistency.replicas(params.runtime, spec.gpu_count)
+  split_records = (info or {}).get("splits", {})
+  ctx = consistency.Context(
+      params=params, explicit=explicit, num_replicas=replicas, replicas_from=replicas_from,
+      train_records=train_records,
+      validation_records=int(split_records.get("validation", {}).get("num_records", 0)))
+  consistency.check(ctx)
+  notes += ctx.notes
   steps_per_epoch = (train_records // params.task.train_data.global_batch_size
                      if train_records else 0)
   try:
@@ -279,5 +335,23 @@ def build(spec: RunSpec) -> RunPlan:
   except (KeyError, ValueError) as e:
     raise NascliError(f"invalid config: {_first_line(e)}") from None
   params.lock()
+  recipe_lines = []
+  if spec.recipe:
+    user_sources = list(dict.fromkeys(
+        what for what in explicit.values() if what != "the command-line options"))
+    recipe_lines = stage2.recipe_lines(
+        params, name, spec.recipe, search_steps, train_records,
+        explicit.get("trainer.train_steps"), user_sources)
   return RunPlan(params=params, experiment=name, steps_per_epoch=steps_per_epoch,
-                 dataset_info=info, notes=notes)
+                 dataset_info=info, notes=notes, warnings=consistency.warnings(ctx),
+                 recipe_lines=recipe_lines)
+
+
+def _stretch_stage2_schedule(params: cfg.ExperimentConfig, recipe: stage2.Recipe,
+                             search_steps: int, explicit: dict[str, str]) -> None:
+  """The search's schedule, `schedule_factor` times longer (or as long as the user said)."""
+  if not search_steps:
+    return
+  if "trainer.train_steps" not in explicit:
+    params.trainer.train_steps = max(1, round(search_steps * recipe.schedule_factor))
+  stage2.stretch_schedule(params, params.trainer.train_steps / search_steps, explicit)
