@@ -208,3 +208,87 @@ def test_corrupt_and_missing_images(run_convert, layout, tmp_path):
   assert info["source"]["splits"]["validation"]["missing_files"] == 1
   ids = [r["image/source_id"][0] for r in read_examples(out / "train-*.tfrecord")]
   assert ids == [b"7", b"100"]
+
+
+def _labelling_tool_export(tmp_path: Path) -> tuple[Path, Path, dict]:
+  """What labelling tools export: one annotation JSON and, elsewhere, a folder of images."""
+  images = tmp_path / "export" / "images"
+  images.mkdir(parents=True)
+  sizes = {1: (20, 30), 2: (16, 24)}  # id -> (height, width)
+  for image_id, (h, w) in sizes.items():
+    (images / f"frame_{image_id}.png").write_bytes(_png(_pixels(h, w, image_id)))
+  doc = {"categories": CATEGORIES,
+         "images": [{"id": i, "file_name": f"frame_{i}.png", "height": h, "width": w}
+                    for i, (h, w) in sizes.items()],
+         "annotations": [_ann(1, 1, 3, [3.5, 2, 12, 10], 120.0),
+                         _ann(2, 1, 1, [0, 0, 30, 20], 600.0),
+                         _ann(3, 2, 1, [6, 4, 12, 8], 96.0)]}
+  annotations = tmp_path / "labels" / "project_export.json"
+  annotations.parent.mkdir()
+  annotations.write_text(json.dumps(doc))
+  return annotations, images, doc
+
+
+@pytest.mark.parametrize("spelling", ["--object_annotations_file", "--source"])
+def test_image_dir_with_a_separate_annotation_json(cli, tmp_path, spelling):
+  annotations, images, doc = _labelling_tool_export(tmp_path)
+  out = tmp_path / "out"
+  code, _, err = cli("convert-data", "coco", spelling, annotations, "--image_dir", images,
+                     "--output_dir", out, "--num_shards", "1")
+  assert code == 0, err
+  info = json.loads((out / "dataset_info.json").read_text())
+  assert info["source"]["image_dir"] == str(images)
+  assert info["splits"]["train"]["num_records"] == 2
+  records = {int(r["image/source_id"][0]): r for r in read_examples(out / "train-*.tfrecord")}
+  sizes = {i["id"]: (i["height"], i["width"]) for i in doc["images"]}
+  for image_id, record in records.items():
+    anns = [a for a in doc["annotations"] if a["image_id"] == image_id]
+    h, w = sizes[image_id]
+    assert record["image/object/class/label"] == [a["category_id"] for a in anns]
+    for key, value in (("xmin", lambda b: b[0] / w), ("ymin", lambda b: b[1] / h),
+                       ("xmax", lambda b: (b[0] + b[2]) / w),
+                       ("ymax", lambda b: (b[1] + b[3]) / h)):
+      np.testing.assert_allclose(record[f"image/object/bbox/{key}"],
+                                 [value(a["bbox"]) for a in anns], rtol=1e-6)
+    assert record["image/object/area"] == [a["area"] for a in anns]
+    assert record["image/filename"] == [f"frame_{image_id}.png".encode()]
+
+
+def test_missing_image_is_reported_as_missing_naming_it(cli, tmp_path):
+  annotations, images, _ = _labelling_tool_export(tmp_path)
+  (images / "frame_2.png").unlink()
+  out = tmp_path / "out"
+  args = ["convert-data", "coco", "--object_annotations_file", annotations, "--image_dir", images,
+          "--output_dir", out]
+  code, _, err = cli(*args)
+  assert code == 1
+  assert err == (f"Error: missing image file {images / 'frame_2.png'} (pass --skip_corrupt to skip"
+                 " it)\n")
+  assert "corrupt" not in err.split("(pass")[0]
+  code, _, err = cli(*args, "--skip_corrupt")
+  assert code == 0, err
+  info = json.loads((out / "dataset_info.json").read_text())
+  assert info["splits"]["train"]["skipped_corrupt"] == [
+      {"item": str(images / "frame_2.png"), "reason": "missing file"}]
+  assert info["splits"]["train"]["num_records"] == 1
+
+
+def test_wrong_image_dir_is_named_before_any_image_is_read(cli, tmp_path):
+  annotations, _, _ = _labelling_tool_export(tmp_path)
+  elsewhere = tmp_path / "elsewhere"
+  elsewhere.mkdir()
+  code, _, err = cli("convert-data", "coco", "--source", annotations, "--image_dir", elsewhere,
+                     "--output_dir", tmp_path / "out")
+  assert code == 1
+  assert err == (f"Error: none of the 2 images listed in {annotations} is in {elsewhere} (the"
+                 " first: frame_1.png); check --image_dir\n")
+  code, _, err = cli("convert-data", "coco", "--source", annotations, "--object_annotations_file",
+                     annotations, "--output_dir", tmp_path / "out")
+  assert code == 1 and "give the annotation JSON once" in err
+  assert not (tmp_path / "out").exists()
+
+
+def test_image_dir_does_not_apply_to_the_coco_folder_layout(run_convert, layout, tmp_path):
+  root, _ = layout
+  with pytest.raises(NascliError, match="--image_dir applies to one annotation JSON"):
+    run_convert("coco", output_dir=tmp_path / "out", source=root, image_dir=root / "train2017")

@@ -6,6 +6,8 @@ import threading
 
 import pytest
 
+from conftest import nascli_subprocess
+
 from nascli.data import download
 from nascli.errors import DownloadError
 
@@ -173,3 +175,34 @@ def test_file_digest(tmp_path):
   path.write_bytes(PAYLOAD)
   assert download.file_digest(path) == SHA256
   assert download.file_digest(str(path), "md5") == MD5
+
+
+def test_failed_download_removes_the_folders_it_made(tmp_path):
+  dest = tmp_path / "cache" / "nascli" / "downloads"
+  with pytest.raises(DownloadError):
+    download.fetch("http://127.0.0.1:9/x", dest, "x.tar.gz", progress=False, timeout=2)
+  assert _listing(tmp_path) == []  # no .part (downloads do not resume), no empty folders
+
+
+@pytest.mark.parametrize("name,url,filename", [
+    ("cifar10", "https://www.cs.toronto.edu/~kriz/cifar-10-python.tar.gz",
+     "cifar-10-python.tar.gz"),
+    ("mnist", "https://storage.googleapis.com/cvdf-datasets/mnist/train-images-idx3-ubyte.gz",
+     "train-images-idx3-ubyte.gz"),
+    ("flowers", "https://storage.googleapis.com/download.tensorflow.org/example_images/"
+     "flower_photos.tgz", "flower_photos.tgz"),
+])
+def test_offline_convert_data_says_what_to_fetch_and_leaves_no_folder(tmp_path, name, url,
+                                                                      filename):
+  # Offline, for real and in a fresh process: every request goes to a proxy on a closed
+  # loopback port, so nothing can reach the internet.
+  closed = "http://127.0.0.1:9"
+  downloads = tmp_path / "cache" / "downloads"
+  proc = nascli_subprocess("convert-data", name, "--download_dir", downloads, cwd=tmp_path,
+                           env={"https_proxy": closed, "http_proxy": closed, "no_proxy": "",
+                                "HTTPS_PROXY": closed, "HTTP_PROXY": closed, "NO_PROXY": ""})
+  assert proc.returncode == 1
+  assert proc.stdout == ""
+  assert proc.stderr == (f"Error: could not download {url} (Connection refused); fetch it by hand"
+                         f" and save it as {downloads / filename}, or pass --source PATH\n")
+  assert _listing(tmp_path) == []  # neither nascli_data/NAME nor the download folder

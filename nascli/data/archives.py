@@ -21,6 +21,7 @@ from typing import Callable, Iterator
 import zipfile
 import zlib
 
+from nascli.data import reasons
 from nascli.errors import InputError
 from nascli.errors import OutputError
 from nascli.errors import UnsafeInputError
@@ -39,9 +40,8 @@ def _show(text: str) -> str:
 
 
 def _reason(err: BaseException) -> str:
-  """A short one-line reason for err."""
-  text = " ".join(str(err).split()) or type(err).__name__
-  return text[:200]
+  """A short one-line reason for err, without object reprs."""
+  return reasons.reason(err)
 
 
 def _corrupt(archive: Path, err: BaseException) -> InputError:

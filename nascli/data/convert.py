@@ -2,28 +2,35 @@
 
 Crash safety: shards are written under hidden temporary names and renamed when complete; a state
 file lists the completed shards, so a killed conversion resumes where it stopped; dataset_info.json
-is written last and is the mark of a finished output.
+is written last and is the mark of a finished output. A run that fails or is interrupted before
+any shard is finished leaves nothing behind (not even the folder, when it made it): a re-run,
+with any settings, starts afresh, as there is nothing to lose.
+
+Nothing here imports TensorFlow (records are serialized by `tfexample`, framed by
+`tfrecord_io`), so a conversion starts in about a second and its workers stay small.
 """
 
 import collections
 import dataclasses
 import hashlib
 import json
+import contextlib
 import os
 import shutil
 import time
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 from rich.console import Console
 from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn,
                            TimeRemainingColumn)
 
 import nascli
-from nascli import storage
-from nascli.data import parallel, sharding, tfexample
+from nascli import interrupts, storage
+from nascli.data import log_progress, parallel, reasons, sharding, tfexample
 from nascli.data.parallel import Workers
-from nascli.data.source import CLASSIFICATION, ConvertOptions, CorruptItemError, Source, source_for
+from nascli.data.source import (CLASSIFICATION, ConvertOptions, CorruptItemError, MissingItemError,
+                                Source, source_for)
 from nascli.data.tfrecord_io import TFRecordFileWriter
 from nascli.errors import OutputError
 
@@ -37,8 +44,16 @@ CHECK_CHUNK_SIZE = 128
 # Below this many (estimated) bytes of output a conversion runs in one process: forking a pool
 # costs more than it saves.
 SMALL_JOB_BYTES = 4 * 1024 * 1024
+# Fingerprint keys of earlier versions that do not change the shards: --skip_corrupt only decides
+# whether a corrupt image stops the run; a finished run either had none or lists what it skipped.
+_NOT_IN_FINGERPRINT = ("skip_corrupt",)
 
-stderr = Console(stderr=True)
+# Messages are plain text: no markup (paths may hold brackets), no wrapping at 80 columns in logs.
+stderr = Console(stderr=True, highlight=False, soft_wrap=True)
+
+
+def say(message: str) -> None:
+  stderr.print(message, markup=False)
 
 
 @dataclasses.dataclass
@@ -71,11 +86,66 @@ def _labels_text(source: Source) -> str:
   return "".join(f"{c.id}:{c.name}\n" for c in source.classes())
 
 
-def _progress() -> Progress:
-  return Progress(
-      TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
-      TextColumn("{task.fields[rate]:>8} img/s"), TimeElapsedColumn(), TextColumn("ETA"),
-      TimeRemainingColumn(), console=stderr, disable=not stderr.is_terminal, transient=False)
+def _comparable(fingerprint: Any) -> Any:
+  if not isinstance(fingerprint, dict):
+    return fingerprint
+  return {k: v for k, v in fingerprint.items() if k not in _NOT_IN_FINGERPRINT}
+
+
+def _same_settings(old: Any, new: dict) -> bool:
+  return _comparable(old) == _comparable(new)
+
+
+class _PlainProgress:
+  """Progress for logs: a line every log_progress.INTERVAL_S naming the split, count and ETA."""
+
+  def __init__(self, stage: str, splits: list[tuple[str, int]]):
+    self.stage, self.splits = stage, splits
+    self.total = sum(n for _, n in splits)
+    self.pacer = log_progress.Pacer()
+
+  def _split_at(self, done: int) -> str:
+    """The split being worked on: items go split by split, in this order."""
+    for split, n in self.splits:
+      if done < n:
+        return split
+      done -= n
+    return self.splits[-1][0] if self.splits else ""
+
+  def update(self, done: int) -> None:
+    if not self.total or not self.pacer.due():
+      return
+    elapsed = self.pacer.elapsed()
+    say(f"{self.stage}: {self._split_at(done)}, {done}/{self.total} images"
+        f" ({100 * done // self.total}%), {done / max(elapsed, 1e-9):.0f} images/s, elapsed"
+        f" {log_progress.clock(elapsed)}, ETA {self.pacer.eta(done, self.total)}")
+
+
+@contextlib.contextmanager
+def _progress(stage: str, splits: list[tuple[str, int]], enabled: bool
+              ) -> Iterator[Callable[[int], None]]:
+  """A function taking the number of items done: a Rich bar on a terminal, lines in a log."""
+  if not enabled:
+    yield lambda done: None
+  elif stderr.is_terminal:
+    with Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
+                  TextColumn("{task.fields[rate]:>8} img/s"), TimeElapsedColumn(),
+                  TextColumn("ETA"), TimeRemainingColumn(), console=stderr,
+                  transient=False) as progress:
+      bar = progress.add_task(stage, total=sum(n for _, n in splits), rate="")
+      start = time.monotonic()
+      yield lambda done: progress.update(
+          bar, completed=done, rate=f"{done / max(time.monotonic() - start, 1e-9):.0f}")
+  else:
+    yield _PlainProgress(stage, splits).update
+
+
+def _temporaries(output_dir: Path) -> list[Path]:
+  """Half-written files of a conversion: shards and state/labels/info being written."""
+  found = list(output_dir.glob(".*.tfrecord.tmp"))
+  for name in (INFO_FILE, LABELS_FILE, STATE_FILE):
+    found += output_dir.glob(f".{name}.*.tmp")
+  return sorted(found)
 
 
 def _our_files(output_dir: Path, splits: list[str]) -> list[Path]:
@@ -101,6 +171,22 @@ class Converter:
     self.output_dir = output_dir
     self.opts = opts
     self.skipped: dict[str, list[dict]] = collections.defaultdict(list)
+    self.state: dict | None = None
+    self.elapsed, self.written = 0.0, 0
+
+  @property
+  def where(self) -> str:
+    """The output as the user named it, for messages."""
+    return str(self.output_dir)
+
+  def _finished_shards(self) -> int:
+    """Shards finished and kept, by this run or an earlier one of the same conversion."""
+    if self.state is not None:
+      return len(self.state["completed"])
+    try:  # stopped before this run read the state
+      return len(json.loads((self.output_dir / STATE_FILE).read_text("utf-8"))["completed"])
+    except (OSError, ValueError, KeyError, TypeError):
+      return 0
 
   # ----- planning
 
@@ -110,27 +196,25 @@ class Converter:
     What check() returns is kept on the source, so the writing workers (forked afterwards) do not
     decode the items a second time.
     """
-    total = sum(sizes.values())
-    with _progress() as progress, Workers(self.source, self._processes(), self.output_dir) as w:
-      bar = progress.add_task("checking", total=total, rate="")
-      start = time.monotonic()
-      tick = lambda: progress.update(  # noqa: E731
-          bar, completed=w.done, rate=f"{w.done / max(time.monotonic() - start, 1e-9):.0f}")
+    progress = _progress("checking", list(sizes.items()), self.source.options.progress)
+    with progress as update, Workers(self.source, self._processes(), self.output_dir) as w:
+      tick = lambda: update(w.done)  # noqa: E731
       for split, n in sizes.items():
         kept = self.source.checked.setdefault(split, {})
         tasks = parallel.chunks(split, range(n), CHECK_CHUNK_SIZE)
         for results in w.imap(parallel.check_chunk, tasks, tick):
-          for index, reason, probe in results:
-            if reason is None:
+          for index, error, probe in results:
+            if error is None:
               kept[index] = probe
               continue
-            name = self.source.item_name(split, index)
+            error = error.named(self.source.item_name(split, index))
             if not self.source.options.skip_corrupt:
-              raise CorruptItemError(name, reason)
-            self.skipped[split].append({"item": name, "index": index, "reason": reason})
+              raise error
+            self.skipped[split].append(
+                {"item": error.item, "index": index, "reason": error.reason})
     for split, items in self.skipped.items():
-      stderr.print(f"skipped {len(items)} corrupt image(s) in {split}: "
-                   + ", ".join(i["item"] for i in items[:5]) + (" ..." if len(items) > 5 else ""))
+      say(f"skipped {len(items)} corrupt or missing image(s) in {split}: "
+          + ", ".join(i["item"] for i in items[:5]) + (" ..." if len(items) > 5 else ""))
 
   def _processes(self) -> int:
     """Worker count: one process for jobs too small to repay forking a pool."""
@@ -146,12 +230,18 @@ class Converter:
           self.opts.num_shards, self.opts.num_workers, len(items),
           self.source.estimated_bytes(split))
       if note:
-        stderr.print(f"{split}: {note}")
+        say(f"{split}: {note}")
       plans[split] = sharding.plan_shards(items, num_shards, self.opts.drop_remainder)
       if plans[split].dropped:
-        stderr.print(f"{split}: dropped {len(plans[split].dropped)} record(s) so that all"
-                     f" {num_shards} shards hold {plans[split].counts[0]} (--drop_remainder)")
+        say(f"{split}: dropped {len(plans[split].dropped)} record(s) so that all"
+            f" {num_shards} shards hold {plans[split].counts[0]} (--drop_remainder)")
     return plans
+
+  @staticmethod
+  def _plan_digest(plans: dict[str, sharding.ShardPlan]) -> str:
+    """Which item goes to which shard: completed shards are reused only under the same plan."""
+    plan = {split: [p.shards, p.dropped] for split, p in plans.items()}
+    return hashlib.sha256(_canonical(plan).encode()).hexdigest()
 
   def fingerprint(self) -> dict[str, Any]:
     return {
@@ -160,7 +250,6 @@ class Converter:
         "settings": self.source.settings(),
         "sharding": {"num_shards": self.opts.num_shards, "num_workers": self.opts.num_workers,
                      "drop_remainder": self.opts.drop_remainder},
-        "skip_corrupt": self.source.options.skip_corrupt,
         "format_version": FORMAT_VERSION,
     }
 
@@ -177,20 +266,30 @@ class Converter:
       return None
     if info_path.exists():
       info = _read_json(info_path)
-      if info.get("fingerprint") != fingerprint:
+      if not _same_settings(info.get("fingerprint"), fingerprint):
         raise OutputError(
             f"{self.output_dir} already holds a different conversion"
             f" ({_difference(info.get('fingerprint'), fingerprint)}); pass --overwrite or choose"
             " another --output_dir")
+      self._refuse_skipped_unless_asked(info)
       verify_checksums(self.output_dir, info)
       return info
     if state_path.exists():
       state = _read_json(state_path)
-      if state.get("fingerprint") != fingerprint:
-        raise OutputError(
-            f"{self.output_dir} holds an unfinished conversion with other settings"
-            f" ({_difference(state.get('fingerprint'), fingerprint)}); pass --overwrite or choose"
-            " another --output_dir")
+      if not _same_settings(state.get("fingerprint"), fingerprint):
+        shards = [p for p in ours if sharding.SHARD_PATTERN.match(p.name)]
+        if state.get("completed") or shards:
+          raise OutputError(
+              f"{self.output_dir} holds an unfinished conversion with other settings"
+              f" ({_difference(state.get('fingerprint'), fingerprint)}) and"
+              f" {max(len(state.get('completed') or ()), len(shards))} finished shard(s); run"
+              " it again with its settings to finish it, pass --overwrite, or choose another"
+              " --output_dir")
+        # A run that finished no shard (it failed or was stopped early) leaves nothing to lose.
+        say(f"starting afresh: the unfinished conversion in {self.output_dir} had other settings"
+            f" ({_difference(state.get('fingerprint'), fingerprint)}) and no finished shard")
+        for p in ours:
+          p.unlink()
       return None
     finals = [p for p in ours if not p.name.startswith(".")]
     if finals:
@@ -199,15 +298,36 @@ class Converter:
           " pass --overwrite or choose another --output_dir")
     return None
 
+  def _refuse_skipped_unless_asked(self, info: dict) -> None:
+    """A finished conversion that skipped images answers a run without --skip_corrupt as a fresh
+    run would: with the first image it skipped."""
+    if self.source.options.skip_corrupt:
+      return
+    for split in info.get("splits", {}).values():
+      for skipped in split.get("skipped_corrupt") or ():
+        error = MissingItemError if skipped["reason"] == "missing file" else CorruptItemError
+        raise error(skipped["item"], skipped["reason"])
+
   # ----- writing
 
   def _load_state(self, fingerprint: dict) -> dict:
     state_path = self.output_dir / STATE_FILE
     if state_path.exists():
       state = _read_json(state_path)
-      if state.get("fingerprint") == fingerprint:
-        return state
+      if _same_settings(state.get("fingerprint"), fingerprint):
+        return dict(state, fingerprint=fingerprint)
     return {"fingerprint": fingerprint, "completed": {}}
+
+  def _use_plan(self, plans: dict[str, sharding.ShardPlan]) -> None:
+    """Records the plan in the state; shards completed under another plan are not reused."""
+    digest = self._plan_digest(plans)
+    state = self.state
+    if state.get("plan") not in (None, digest) and state["completed"]:
+      say(f"the images to convert changed since the interrupted run (other images skipped as"
+          f" corrupt or missing); rewriting its {len(state['completed'])} finished shard(s)")
+      state["completed"] = {}
+    state["plan"] = digest
+    atomic_write_text(self.output_dir / STATE_FILE, _canonical(state))
 
   def _write_shards(self, plans: dict[str, sharding.ShardPlan], state: dict) -> dict:
     """Writes every shard not already complete; returns the completed shards' entries."""
@@ -228,15 +348,17 @@ class Converter:
     total = sum(len(items) for _, _, items in todo)
     resumed = sum(len(p.shards) for p in plans.values()) - len(todo)
     if resumed:
-      stderr.print(f"resuming: {resumed} shard(s) already complete, {len(todo)} to write")
+      say(f"resuming: {resumed} shard(s) already complete, {len(todo)} to write")
     processes = self._processes()
     # Whole shards per worker unless that would leave workers idle at the end.
     whole_shards = processes == 1 or len(todo) % processes == 0 or len(todo) >= 4 * processes
     start = time.monotonic()
-    with _progress() as progress, Workers(self.source, processes, self.output_dir) as w:
-      bar = progress.add_task("writing", total=total, rate="")
-      tick = lambda: progress.update(  # noqa: E731
-          bar, completed=w.done, rate=f"{w.done / max(time.monotonic() - start, 1e-9):.0f}")
+    per_split = collections.Counter()
+    for split, _, items in todo:
+      per_split[split] += len(items)
+    progress = _progress("writing", list(per_split.items()), self.source.options.progress)
+    with progress as update, Workers(self.source, processes, self.output_dir) as w:
+      tick = lambda: update(w.done)  # noqa: E731
       shards = (w.imap(parallel.write_shard, todo, tick) if whole_shards
                 else self._write_from_chunks(w, todo, tick))
       for shard in shards:
@@ -265,9 +387,50 @@ class Converter:
       yield parallel.WrittenShard(name, writer.sha256, writer.size, metas)
 
   def run(self) -> dict:
-    source = self.source
+    """Converts, or verifies a finished identical conversion; cleans up after a failure."""
     if self.output_dir.exists() and not self.output_dir.is_dir():
       raise OutputError(f"output dir {self.output_dir} is a file")
+    made = _missing_folders(self.output_dir)
+    try:
+      return self._run()
+    except KeyboardInterrupt as e:
+      self._save_state()
+      self._clean_up(made)
+      finished = self._finished_shards()
+      kept = (f"{finished} finished shard(s) kept" if finished else "no shard finished yet")
+      raise interrupts.Interrupted.of(
+          e, what=f"converting {self.source.name} into {self.where} ({kept})",
+          resume="run the same command again to continue") from None
+    except BaseException:
+      self._clean_up(made)
+      raise
+
+  def _save_state(self) -> None:
+    """Records what is finished: a signal may land between a shard's rename and its record."""
+    if self.state is not None and self.output_dir.is_dir():
+      atomic_write_text(self.output_dir / STATE_FILE, _canonical(self.state))
+
+  def _clean_up(self, made: list[Path]) -> None:
+    """After a failure: half-written files go; without a finished shard everything of this
+    conversion goes, and the folders this run made (nothing there is worth resuming)."""
+    if not self.output_dir.is_dir():
+      return
+    for p in _temporaries(self.output_dir):
+      p.unlink(missing_ok=True)
+    shutil.rmtree(self.output_dir / WORK_DIR, ignore_errors=True)
+    if self.state is not None and not self.state["completed"]:
+      unrecorded = [p for p in self.output_dir.glob("*.tfrecord")
+                    if sharding.SHARD_PATTERN.match(p.name)]
+      if not unrecorded:  # a shard renamed in place, its state not yet written, is kept
+        (self.output_dir / STATE_FILE).unlink(missing_ok=True)
+    for folder in made:  # deepest first
+      try:
+        folder.rmdir()
+      except OSError:
+        break  # not empty: it holds something worth keeping
+
+  def _run(self) -> dict:
+    source = self.source
     self.output_dir.mkdir(parents=True, exist_ok=True)
     source.options.work_dir = self.output_dir / WORK_DIR
     source.prepare()
@@ -275,14 +438,13 @@ class Converter:
     fingerprint = self.fingerprint()
     existing = self._existing(fingerprint, list(sizes))
     if existing is not None:
-      existing = dict(existing, status="verified")
-      self.elapsed, self.written = 0.0, 0
-      return existing
-    state = self._load_state(fingerprint)
+      return dict(existing, status="verified")
+    state = self.state = self._load_state(fingerprint)
     atomic_write_text(self.output_dir / STATE_FILE, _canonical(state))
     if source.needs_check:
       self._check_items(sizes)
     plans = self._plans(sizes)
+    self._use_plan(plans)
     completed = self._write_shards(plans, state)
     info = self._info(fingerprint, plans, completed)
     atomic_write_text(self.output_dir / LABELS_FILE, _labels_text(source))
@@ -360,16 +522,27 @@ def _merge_summaries(summaries: list[dict]) -> dict:
   return merged
 
 
+def _missing_folders(path: Path) -> list[Path]:
+  """`path` and those of its parents that do not exist yet, deepest first."""
+  missing = []
+  path = Path(os.path.abspath(path))
+  while not path.exists() and path != path.parent:
+    missing.append(path)
+    path = path.parent
+  return missing
+
+
 def _read_json(path: Path) -> dict:
   try:
     return json.loads(path.read_text(encoding="utf-8"))
   except (OSError, ValueError) as e:
-    raise OutputError(f"cannot read {path}: {e}") from None
+    raise OutputError(f"cannot read {path}: {reasons.reason(e)}") from None
 
 
 def _difference(old: dict | None, new: dict) -> str:
   if not isinstance(old, dict):
     return "no settings recorded"
+  old, new = _comparable(old), _comparable(new)
   diffs = []
   for key in sorted(set(old) | set(new)):
     if old.get(key) != new.get(key):
@@ -402,6 +575,10 @@ class GcsConverter(Converter):
     self.url = url
     self.remote_verified = False
 
+  @property
+  def where(self) -> str:
+    return self.url
+
   def _existing(self, fingerprint: dict, splits: list[str]) -> dict | None:
     sizes = {n: b for n, b in storage.list_sizes(self.url).items() if "/" not in n}
     ours = sorted(n for n in sizes if n in (INFO_FILE, LABELS_FILE) or (
@@ -412,7 +589,7 @@ class GcsConverter(Converter):
       return super()._existing(fingerprint, splits)
     if INFO_FILE in sizes:
       info = json.loads(storage.read_text(storage.join(self.url, INFO_FILE)))
-      if info.get("fingerprint") != fingerprint:
+      if not _same_settings(info.get("fingerprint"), fingerprint):
         raise OutputError(
             f"{self.url} already holds a different conversion"
             f" ({_difference(info.get('fingerprint'), fingerprint)}); pass --overwrite or choose"
@@ -423,11 +600,12 @@ class GcsConverter(Converter):
             raise OutputError(
                 f"shard {storage.join(self.url, shard['file'])} listed in {INFO_FILE} is missing"
                 " or has another size; pass --overwrite to rewrite the conversion")
+      self._refuse_skipped_unless_asked(info)
       self.remote_verified = True
       return info
     staged = next((_read_json(self.output_dir / f) for f in (INFO_FILE, STATE_FILE)
                    if (self.output_dir / f).exists()), None)
-    if ours and (staged is None or staged.get("fingerprint") != fingerprint):
+    if ours and (staged is None or not _same_settings(staged.get("fingerprint"), fingerprint)):
       raise OutputError(
           f"{self.url} already contains {ours[0]} not written by this conversion; pass"
           " --overwrite or choose another --output_dir")
@@ -436,7 +614,7 @@ class GcsConverter(Converter):
 
   def upload(self, info: dict) -> None:
     shards = [s["file"] for split in info["splits"].values() for s in split["shards"]]
-    stderr.print(f"uploading {len(shards)} shard(s) to {self.url}")
+    say(f"uploading {len(shards)} shard(s) to {self.url}")
     storage.upload_dir(self.output_dir, self.url, marker=INFO_FILE,
                        names=[*shards, LABELS_FILE, INFO_FILE])
     shutil.rmtree(self.output_dir, ignore_errors=True)
@@ -468,7 +646,13 @@ def convert(name: str, output_dir: Path | str, options: ConvertOptions,
     if converter.remote_verified:  # the bucket holds it all: nothing to keep locally
       shutil.rmtree(converter.output_dir, ignore_errors=True)
     else:
-      converter.upload(info)
+      try:
+        converter.upload(info)
+      except KeyboardInterrupt as e:
+        raise interrupts.Interrupted.of(
+            e, what=f"uploading {name} to {output_dir} (the finished conversion stays staged in"
+            f" {converter.output_dir})", resume="run the same command again to finish the upload"
+        ) from None
       info = dict(info, status="written")
   else:
     converter = Converter(source, Path(output_dir), opts)

@@ -2,6 +2,9 @@
 
 A download lands in a hidden `.NAME.part` file and is renamed into place only
 after its checksum matches, so a file under its real name is always whole.
+Downloads do not resume: a failed or interrupted one removes its `.part` file,
+and the folders it made for it when they are still empty, so an offline
+attempt leaves nothing behind.
 Progress goes to stderr so stdout stays clean for machine-readable output.
 When the network fails, the error says where to put a hand-fetched copy.
 """
@@ -13,6 +16,7 @@ import http.client
 import os
 from pathlib import Path
 import socket
+import sys
 import urllib.error
 import urllib.parse
 import urllib.request
@@ -21,6 +25,7 @@ from rich import progress as rich_progress
 from rich.console import Console
 
 from nascli import __version__
+from nascli.data import log_progress, reasons
 from nascli.errors import DownloadError
 from nascli.errors import InputError
 from nascli.errors import OutputError
@@ -35,8 +40,7 @@ def _show(text: str) -> str:
 
 
 def _reason(err: BaseException) -> str:
-  text = " ".join(str(err).split()) or type(err).__name__
-  return text[:200]
+  return reasons.reason(err)
 
 
 def file_digest(path: str | Path, algo: str = "sha256") -> str:
@@ -101,15 +105,40 @@ def _network_reason(err: BaseException) -> str:
 
 
 def _progress_bar(enabled: bool) -> rich_progress.Progress:
+  console = Console(stderr=True)
   return rich_progress.Progress(
       rich_progress.TextColumn("{task.description}"),
       rich_progress.BarColumn(),
       rich_progress.DownloadColumn(),
       rich_progress.TransferSpeedColumn(),
       rich_progress.TimeRemainingColumn(),
-      console=Console(stderr=True),
-      disable=not enabled,
+      console=console,
+      disable=not enabled or not console.is_terminal,
   )
+
+
+class _LogLines:
+  """Without a terminal: a plain line at a steady pace (log_progress) instead of the bar."""
+
+  def __init__(self, enabled: bool, url: str):
+    self.enabled = enabled and not sys.stderr.isatty()
+    self.url = url
+    self.pacer = log_progress.Pacer()
+
+  def update(self, received: int, total: int | None) -> None:
+    if not self.enabled or not self.pacer.due():
+      return
+    mb = lambda n: f"{n / 1e6:.1f} MB"  # noqa: E731
+    rate = received / max(self.pacer.elapsed(), 1e-9)
+    of = (f" of {mb(total)} ({100 * received // total}%), ETA {self.pacer.eta(received, total)}"
+          if total else "")
+    print(f"downloading {_show(self.url)}: {mb(received)}{of}, {mb(rate)}/s", file=sys.stderr,
+          flush=True)
+
+  def finished(self, path: Path, size: int) -> None:
+    if self.enabled:
+      print(f"downloaded {_show(str(path))} ({size / 1e6:.1f} MB in"
+            f" {log_progress.clock(self.pacer.elapsed())})", file=sys.stderr, flush=True)
 
 
 def fetch(url: str, dest_dir: str | Path, filename: str, *,
@@ -154,10 +183,16 @@ def fetch(url: str, dest_dir: str | Path, filename: str, *,
   if urllib.parse.urlsplit(url).scheme.lower() not in ("http", "https"):
     raise DownloadError(f"could not download {_show(url)} (unsupported URL "
                         f"scheme); {hint}")
+  made = []  # the folders this call creates, deepest first
+  folder = Path(os.path.abspath(dest_dir))
+  while not folder.exists() and folder != folder.parent:
+    made.append(folder)
+    folder = folder.parent
   try:
     dest_dir.mkdir(parents=True, exist_ok=True)
     out = open(part, "wb")
   except OSError as err:
+    _remove_empty(made)
     raise OutputError(f"cannot write {_show(str(part))}: "
                       f"{_reason(err)}") from None
 
@@ -165,6 +200,7 @@ def fetch(url: str, dest_dir: str | Path, filename: str, *,
   try:
     hashers = {algo: hashlib.new(algo) for algo in expected}
     received = 0
+    lines = _LogLines(progress, url)
     with out, _progress_bar(progress) as bar:
       try:
         request = urllib.request.Request(
@@ -183,6 +219,7 @@ def fetch(url: str, dest_dir: str | Path, filename: str, *,
               raise OutputError(f"cannot write {_show(str(part))}: "
                                 f"{_reason(err)}") from None
             bar.update(task, advance=len(chunk))
+            lines.update(received, total)
           if total is not None and received < total:
             raise DownloadError(
                 f"could not download {_show(url)} (connection closed after "
@@ -209,7 +246,17 @@ def fetch(url: str, dest_dir: str | Path, filename: str, *,
       raise OutputError(f"cannot move {_show(str(part))} to {where}: "
                         f"{_reason(err)}") from None
     done = True
+    lines.finished(final, received)
   finally:
     if not done:
       part.unlink(missing_ok=True)
+      _remove_empty(made)
   return final
+
+
+def _remove_empty(folders: list[Path]) -> None:
+  for folder in folders:
+    try:
+      folder.rmdir()
+    except OSError:
+      return  # not empty (or gone): keep it and its parents

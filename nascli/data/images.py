@@ -8,6 +8,8 @@ import cv2
 import numpy as np
 from PIL import Image
 
+from nascli.data import reasons
+
 # Formats stored as they are; everything else is re-encoded to PNG (Model Garden decodes both).
 # MPO (multi-picture JPEG, common from phone cameras) starts with an ordinary JPEG that every JPEG
 # decoder reads, so re-encoding it would only bloat it.
@@ -36,6 +38,7 @@ class ImageProbe:
   mode: str  # PIL's mode ("RGB", "L", ...); empty when OpenCV did the check
 
 
+NOT_AN_IMAGE = "not an image file (its bytes match no image format)"
 _JPEG_MAGIC = b"\xff\xd8\xff"
 # Greyscale output still entropy-decodes the whole stream (so truncation and corruption fail), at
 # half the cost of a colour decode; orientation is ignored because TensorFlow ignores it too.
@@ -56,9 +59,13 @@ def probe(data: bytes) -> ImageProbe:
       with Image.open(io.BytesIO(data)) as im:
         im.load()  # Decodes every pixel: a truncated file fails here.
         return ImageProbe(format=im.format or "", height=im.height, width=im.width, mode=im.mode)
+  except Image.UnidentifiedImageError:
+    # PIL's own words name the in-memory buffer (`<_io.BytesIO object at 0x...>`), not the file.
+    raise ValueError(NOT_AN_IMAGE) from None
   except (OSError, SyntaxError, ValueError, Image.DecompressionBombWarning,
           Image.DecompressionBombError) as e:
-    raise ValueError(str(e).splitlines()[0] if str(e) else type(e).__name__) from None
+    raise ValueError(reasons.reason(str(e).splitlines()[0] if str(e) else type(e).__name__)
+                     ) from None
 
 
 def to_storable(data: bytes, checked: ImageProbe | None = None) -> tuple[bytes, str, ImageProbe]:

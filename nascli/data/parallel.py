@@ -4,12 +4,19 @@ Workers are forked so they inherit the prepared Source (decoded arrays, file ind
 pass's results) without pickling it; only item positions go out. Whole shards are written by the
 workers themselves, so the parent only renames finished files; when there are too few shards to
 keep every worker busy, workers encode runs of items and the parent writes.
+
+Ctrl-C and SIGTERM are the parent's to handle (nascli.interrupts): workers ignore SIGINT (a
+terminal sends it to the whole process group), die quietly on the SIGTERM of pool.terminate(),
+and die with the parent when a second Ctrl-C ends it at once, so no worker prints a traceback
+or outlives the command.
 """
 
 import contextlib
+import ctypes
 import dataclasses
 import multiprocessing
 from pathlib import Path
+import signal
 from typing import Any, Callable, Iterable, Iterator
 
 from nascli.data import tfexample
@@ -19,7 +26,9 @@ from nascli.data.tfrecord_io import TFRecordFileWriter
 _SOURCE: Source | None = None
 _OUTPUT_DIR: Path | None = None
 _COUNTER: Any = None  # records done, shared with the parent for the progress bar
+_ON_COUNT: Callable[[], None] | None = None  # in-process runs: progress between shards
 _COUNT_EVERY = 16
+_PR_SET_PDEATHSIG = 1
 
 
 class _LocalCounter:
@@ -37,9 +46,21 @@ def _set_globals(source, output_dir, counter) -> None:
   _SOURCE, _OUTPUT_DIR, _COUNTER = source, output_dir, counter
 
 
+def _init_worker(source, output_dir, counter) -> None:
+  signal.signal(signal.SIGINT, signal.SIG_IGN)
+  signal.signal(signal.SIGTERM, signal.SIG_DFL)
+  try:  # Linux: end with the parent, even when it ends by os._exit.
+    ctypes.CDLL(None).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+  except (OSError, AttributeError):
+    pass
+  _set_globals(source, output_dir, counter)
+
+
 def _count(n: int) -> None:
   with _COUNTER.get_lock():
     _COUNTER.value += n
+  if _ON_COUNT is not None:
+    _ON_COUNT()
 
 
 def _records(split: str, indices: Iterable[int]) -> Iterator[tuple[bytes, dict]]:
@@ -89,15 +110,16 @@ def write_shard(task: tuple[str, str, tuple[int, ...]]) -> WrittenShard:
   return WrittenShard(name, writer.sha256, writer.size, metas)
 
 
-def check_chunk(task: tuple[str, tuple[int, ...]]) -> list[tuple[int, str | None, Any]]:
-  """Per item: (index, None, what check() returned) when it decodes, else (index, reason, None)."""
+def check_chunk(task: tuple[str, tuple[int, ...]]
+                ) -> list[tuple[int, CorruptItemError | None, Any]]:
+  """Per item: (index, None, what check() returned) when it decodes, else (index, error, None)."""
   split, indices = task
   out = []
   for index in indices:
     try:
       out.append((index, None, _SOURCE.check(split, index)))
     except CorruptItemError as e:
-      out.append((index, e.reason, None))
+      out.append((index, e, None))
   _count(len(indices))
   return out
 
@@ -117,11 +139,13 @@ class Workers:
     else:
       ctx = multiprocessing.get_context("fork")
       self._counter = ctx.Value("q", 0)
-      self._pool = ctx.Pool(self.processes, initializer=_set_globals,
+      self._pool = ctx.Pool(self.processes, initializer=_init_worker,
                             initargs=(self.source, self.output_dir, self._counter))
     return self
 
   def __exit__(self, exc_type, *exc) -> None:
+    global _ON_COUNT
+    _ON_COUNT = None
     if self._pool is not None:
       if exc_type is None:
         self._pool.close()
@@ -137,7 +161,9 @@ class Workers:
 
   def imap(self, fn: Callable, tasks: Iterable, tick: Callable[[], None]) -> Iterator:
     """Ordered results of fn over tasks; calls tick() at least every 0.2 s while waiting."""
+    global _ON_COUNT
     if self._pool is None:
+      _ON_COUNT = tick
       for task in tasks:
         yield fn(task)
         tick()

@@ -25,6 +25,7 @@ except ImportError:  # numpy 1.x has only numpy.core.
   from numpy.core import multiarray as _multiarray
 # pylint: enable=g-import-not-at-top
 
+from nascli.data import reasons
 from nascli.errors import InputError
 from nascli.errors import UnsafeInputError
 
@@ -109,8 +110,7 @@ def _unpickle(data: bytes, source: str) -> dict[bytes, Any]:
   except Exception as err:  # pylint: disable=broad-except
     # Untrusted bytes can make the allowed numpy callables raise almost
     # anything (TypeError, ValueError, ...); all of it means a bad file.
-    reason = " ".join(str(err).split())[:200] or type(err).__name__
-    raise InputError(f"cannot unpickle {_show(source)}: {reason}") from None
+    raise InputError(f"cannot unpickle {_show(source)}: {reasons.reason(err)}") from None
   if not isinstance(obj, dict):
     raise InputError(f"{_show(source)} is not a CIFAR pickle: it holds a "
                      f"{type(obj).__name__}, not a dict")

@@ -6,6 +6,7 @@ inherited by forked worker processes, which call `record()` (and `check()`) for 
 
 import abc
 import dataclasses
+import difflib
 from pathlib import Path
 from typing import Any, Callable
 
@@ -38,8 +39,16 @@ def known_sources() -> list[str]:
 
 def lookup_source(name: str) -> type["Source"]:
   if name not in _SOURCES:
-    raise NascliError(f"unknown data set {name!r}; known: {', '.join(known_sources())}")
+    close = difflib.get_close_matches(name.lower(), known_sources(), n=1)
+    hint = f" (did you mean {close[0]!r}?)" if close else ""
+    raise NascliError(f"unknown data set {name!r}{hint}; known: {', '.join(known_sources())}")
   return _SOURCES[name]
+
+
+def registered_sources() -> dict[str, type["Source"]]:
+  """Every built-in data set by name (imports them; none imports TensorFlow)."""
+  import nascli.data.datasets  # pylint: disable=g-import-not-at-top,unused-import
+  return dict(_SOURCES)
 
 
 @dataclasses.dataclass
@@ -56,8 +65,18 @@ class ConvertOptions:
   channels: int | None = None
   num_samples: int | None = None
   label_map: Path | None = None
+  image_dir: Path | None = None  # coco: the images of a lone annotation JSON
   skip_corrupt: bool = False
   progress: bool = True
+
+
+# ConvertOptions fields a user sets with a flag of the same name, and the flag.
+OPTION_FLAGS = {
+    "source": "--source", "validation_source": "--validation_source", "seed": "--seed",
+    "validation_fraction": "--validation_fraction", "validation_size": "--validation_size",
+    "image_size": "--image_size", "channels": "--channels", "num_samples": "--num_samples",
+    "label_map": "--label_map", "image_dir": "--image_dir",
+}
 
 
 @dataclasses.dataclass
@@ -84,15 +103,38 @@ class Record:
 
 
 class CorruptItemError(InputError):
-  """An item that cannot be decoded; --skip_corrupt skips it, otherwise it stops the conversion."""
+  """An item that cannot be decoded; --skip_corrupt skips it, otherwise it stops the conversion.
+
+  `item` names the file (or the archive member), `reason` says what is wrong with it in a few
+  words; neither holds an object's repr.
+  """
 
   def __init__(self, item: str, reason: str):
-    super().__init__(f"corrupt image {item}: {reason} (pass --skip_corrupt to skip it)")
+    super().__init__(self._message(item, reason))
     self.item = item
     self.reason = reason
 
+  @staticmethod
+  def _message(item: str, reason: str) -> str:
+    return f"corrupt image {item}: {reason} (pass --skip_corrupt to skip it)"
+
+  def named(self, item: str) -> "CorruptItemError":
+    """The same error naming the item as the engine's messages do."""
+    return type(self)(item, self.reason)
+
   def __reduce__(self):
     return type(self), (self.item, self.reason)
+
+
+class MissingItemError(CorruptItemError):
+  """An item whose file is not there (an annotation file naming an image that does not exist)."""
+
+  def __init__(self, item: str, reason: str = "missing file"):
+    super().__init__(item, reason)
+
+  @staticmethod
+  def _message(item: str, reason: str) -> str:
+    return f"missing image file {item} (pass --skip_corrupt to skip it)"
 
 
 class Source(abc.ABC):
@@ -102,6 +144,16 @@ class Source(abc.ABC):
   task: str = CLASSIFICATION
   # True when items can be corrupt and must be checked before shards are planned.
   needs_check: bool = False
+  # The ConvertOptions fields (OPTION_FLAGS) this data set reads; a flag it would ignore is
+  # refused rather than silently doing nothing.
+  reads: frozenset[str] = frozenset()
+
+  @classmethod
+  def check_options(cls, options: ConvertOptions) -> None:
+    """Refuses option values this data set cannot use, before anything is read or imported.
+
+    Runs in the parent before prepare(); it must stay cheap (no data read, no TensorFlow).
+    """
 
   def __init__(self, options: ConvertOptions):
     self.options = options

@@ -5,7 +5,8 @@ import numpy as np
 from nascli.errors import NascliError
 
 
-def validation_count(n: int, fraction: float | None, size: int | None, default_fraction: float) -> int:
+def validation_count(n: int, fraction: float | None, size: int | None,
+                     default_fraction: float) -> int:
   if size is not None and fraction is not None:
     raise NascliError("give --validation_size or --validation_fraction, not both")
   if size is not None:

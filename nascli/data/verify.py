@@ -6,9 +6,11 @@ import os
 from pathlib import Path
 
 import numpy as np
+from rich.console import Group
 from rich.table import Table
+from rich.text import Text
 
-from nascli.data import sharding
+from nascli.data import reasons, sharding
 from nascli.data.convert import INFO_FILE
 from nascli.data.source import CLASSIFICATION
 from nascli.errors import InputError
@@ -108,22 +110,39 @@ def _check_record(rec: dict, task: str, class_ids: set[int], num_classes: int) -
   return None
 
 
-def verify_output(directory: Path) -> VerifyReport:
-  """Decodes every record of a conversion and compares everything with dataset_info.json."""
-  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+def read_info(directory: Path) -> dict:
+  """The dataset_info.json of a finished conversion; a one-line InputError otherwise.
+
+  Needs no TensorFlow, so `convert-data --verify` refuses a wrong folder at once.
+  """
   directory = Path(directory)
   info_path = directory / INFO_FILE
+  if not directory.exists():
+    raise InputError(f"{directory} does not exist")
   if not directory.is_dir():
     raise InputError(f"{directory} is not a folder")
   if not info_path.exists():
     raise InputError(f"{directory} has no {INFO_FILE}: not a finished nascli conversion")
   try:
     info = json.loads(info_path.read_text(encoding="utf-8"))
-    task, splits = info["task"], info["splits"]
-    class_ids = {int(c["id"]) for c in info["classes"]}
-    num_classes = int(info["num_classes"])
-  except (ValueError, KeyError, TypeError) as e:
-    raise InputError(f"{info_path} is malformed: {e}") from None
+    # Everything verify_output reads, looked up once here.
+    _ = (info["task"], int(info["num_classes"]), [int(c["id"]) for c in info["classes"]],
+         [(shard["file"], shard["num_records"]) for split in info["splits"].values()
+          for shard in split["shards"]])
+  except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
+    why = f"it has no {e.args[0]!r} entry" if isinstance(e, KeyError) else reasons.reason(e)
+    raise InputError(f"{info_path} is malformed: {why}") from None
+  return info
+
+
+def verify_output(directory: Path) -> VerifyReport:
+  """Decodes every record of a conversion and compares everything with dataset_info.json."""
+  directory = Path(directory)
+  info = read_info(directory)
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  task, splits = info["task"], info["splits"]
+  class_ids = {int(c["id"]) for c in info["classes"]}
+  num_classes = int(info["num_classes"])
   parse = _parse_fn(task)
   reports, label_counts = [], {}
   listed = set()
@@ -175,12 +194,16 @@ def verify_output(directory: Path) -> VerifyReport:
   return VerifyReport(directory, info.get("dataset", "?"), task, reports, label_counts)
 
 
-def report_table(report: VerifyReport) -> Table:
-  table = Table(title=f"{report.dataset} in {report.directory}: "
-                + ("all records verified" if report.ok else "PROBLEMS FOUND"))
+def report_table(report: VerifyReport) -> Group:
+  """The verdict on a line of its own (a table title would wrap a long path to the table's
+  width), then one row per shard."""
+  verdict = Text(f"{report.dataset} in {report.directory}: "
+                 + ("all records verified" if report.ok else "PROBLEMS FOUND"))
+  table = Table()
   for col in ("split", "shard", "records", "expected", "status"):
     table.add_column(col)
   for s in report.shards:
-    table.add_row(s.split, s.file, str(s.found), "-" if s.expected is None else str(s.expected),
-                  "ok" if s.ok else s.problems[0])
-  return table
+    table.add_row(s.split, Text(s.file), str(s.found),
+                  "-" if s.expected is None else str(s.expected),
+                  "ok" if s.ok else Text(s.problems[0]))
+  return Group(verdict, table)

@@ -84,6 +84,8 @@ class _Batch:
 class Cifar10Source(Source):
   """60,000 32x32 colour images in 10 classes; pixels stay in memory for the forked workers."""
 
+  reads = frozenset({"source"})
+
   def prepare(self) -> None:
     source = self.options.source
     if source is None:

@@ -1,9 +1,12 @@
 """`coco`: detection data in the COCO layout (instances JSON + image folders), from local files.
 
 `--source DIR` reads `DIR/annotations/instances_<name>.json` with the images in `DIR/<name>/`
-(train* -> "train", val* -> "validation"). `--source FILE.json` reads one instances file as the
-"train" split (and `--validation_source FILE.json`, when given, as "validation"). Category ids
-keep their COCO values, gaps included, as Model Garden's COCO tooling does.
+(train* -> "train", val* -> "validation"). `--source FILE.json` (or, in Model Garden's
+create_coco_tf_record spelling, `--object_annotations_file FILE.json`) reads one instances file as
+the "train" split (and `--validation_source FILE.json`, when given, as "validation"); its images
+are in `--image_dir DIR` (what labelling tools export: one JSON and a folder of images), or else
+found beside the JSON. Category ids keep their COCO values, gaps included, as Model Garden's COCO
+tooling does.
 """
 
 import dataclasses
@@ -17,8 +20,8 @@ from typing import Any
 import numpy as np
 
 from nascli.data import images
-from nascli.data.source import (DETECTION, ClassInfo, CorruptItemError, Record, Source,
-                                register_source)
+from nascli.data.source import (DETECTION, ClassInfo, ConvertOptions, CorruptItemError,
+                                MissingItemError, Record, Source, register_source)
 from nascli.errors import InputError, NascliError, UnsafeInputError
 
 ANNOTATIONS_DIR = "annotations"
@@ -121,7 +124,8 @@ def _parse_split(original_name: str, path: Path, image_dir: Path | None,
     entries[image["id"]] = image
   if not entries:
     raise InputError(f"{path} lists no images")
-  if image_dir is None:
+  given = image_dir is not None
+  if not given:
     image_dir = _find_image_dir(path, original_name, entries[min(entries)]["file_name"])
 
   per_image: dict[int, list] = {i: [] for i in entries}
@@ -161,6 +165,11 @@ def _parse_split(original_name: str, path: Path, image_dir: Path | None,
         classes=np.asarray([a[4] for a in anns], np.int64),
         areas=np.asarray([a[5] for a in anns], np.float32),
         is_crowd=np.asarray([a[6] for a in anns], np.int64)))
+  if all(i.size < 0 for i in split_images):
+    first = split_images[0].file_name
+    where = "check --image_dir" if given else "give their folder with --image_dir"
+    raise InputError(f"none of the {len(split_images)} images listed in {path} is in {image_dir}"
+                     f" (the first: {first}); {where}")
   return _Split(original_name=original_name, annotations=path, annotations_sha256=digest,
                 image_dir=image_dir, images=split_images,
                 num_annotations=len(doc["annotations"]) - skipped, skipped_annotations=skipped)
@@ -189,30 +198,51 @@ class CocoSource(Source):
 
   task = DETECTION
   needs_check = True
+  reads = frozenset({"source", "validation_source", "image_dir"})
 
-  def prepare(self) -> None:
-    source = self.options.source
-    if source is None:
+  @classmethod
+  def check_options(cls, options: ConvertOptions) -> None:
+    cls._check_paths(options)
+
+  @staticmethod
+  def _check_paths(options: ConvertOptions) -> tuple[Path, Path | None]:
+    """The annotation source and image folder, refused when they cannot go together."""
+    if options.source is None:
       raise NascliError(
           "coco needs --source: a folder in the COCO layout (annotations/instances_train2017.json,"
-          f" train2017/, ...) or one instances JSON file; get it from {DOWNLOAD_PAGE}")
-    source = Path(source)
-    self._ignored: list[str] = []
+          " train2017/, ...), or one instances JSON file (--source or --object_annotations_file)"
+          f" with its images in --image_dir; get COCO from {DOWNLOAD_PAGE}")
+    source = Path(options.source)
     if not source.exists():
       raise InputError(f"--source {source} does not exist")
+    image_dir = None if options.image_dir is None else Path(options.image_dir)
     if source.is_dir():
-      if self.options.validation_source is not None:
+      if options.validation_source is not None:
         raise NascliError("--validation_source applies only when --source is one instances"
                           " JSON file; the COCO folder layout already holds the val split")
+      if image_dir is not None:
+        raise NascliError(f"--image_dir applies to one annotation JSON (--source FILE.json or"
+                          f" --object_annotations_file); the COCO folder layout {source} keeps"
+                          " each split's images in its own folder")
+    if image_dir is not None and not image_dir.is_dir():
+      what = "does not exist" if not image_dir.exists() else "is not a folder"
+      raise InputError(f"--image_dir {image_dir} {what}")
+    if options.validation_source is not None and not Path(options.validation_source).is_file():
+      raise InputError(f"--validation_source {options.validation_source} is not a file")
+    return source, image_dir
+
+  def prepare(self) -> None:
+    source, image_dir = self._check_paths(self.options)
+    self._ignored: list[str] = []
+    if source.is_dir():
       files = self._layout_files(source)
       self._root = source
     else:
-      files = {"train": (self._json_name(source), source, None)}
+      # --image_dir holds the images of every annotation JSON given (train and validation).
+      files = {"train": (self._json_name(source), source, image_dir)}
       if self.options.validation_source is not None:
         val = Path(self.options.validation_source)
-        if not val.is_file():
-          raise InputError(f"--validation_source {val} is not a file")
-        files["validation"] = (self._json_name(val), val, None)
+        files["validation"] = (self._json_name(val), val, image_dir)
       self._root = source.parent
     self._kind = "folder" if source.is_dir() else "file"
     self._source = source
@@ -273,6 +303,7 @@ class CocoSource(Source):
     validation = self._splits.get("validation")
     info = {
         "kind": self._kind, "format": "coco", "path": str(self._source),
+        "image_dir": None if self.options.image_dir is None else str(self.options.image_dir),
         "checksum_of": "listing", "sha256": digest,
         "skipped_annotations": sum(s.skipped_annotations for s in self._splits.values()),
         "validation_annotations": str(validation.annotations) if validation else None,
@@ -308,7 +339,7 @@ class CocoSource(Source):
     try:
       return path.read_bytes()
     except FileNotFoundError:
-      raise CorruptItemError(str(path), "missing file") from None
+      raise MissingItemError(str(path)) from None
     except OSError as e:
       raise CorruptItemError(str(path), f"cannot read: {e.strerror or e}") from None
 

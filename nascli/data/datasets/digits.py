@@ -1,32 +1,68 @@
 """`digits`: the 8x8 handwritten digits that ship inside scikit-learn, the embedded default."""
 
+import gzip
 import hashlib
+import importlib.metadata
+import importlib.util
+from pathlib import Path
 from typing import Any
 
 import cv2
 import numpy as np
 
 from nascli.data import images, splits
-from nascli.data.source import ClassInfo, Record, Source, register_source
+from nascli.data.source import ClassInfo, ConvertOptions, Record, Source, register_source
 from nascli.errors import NascliError
 
 DEFAULT_IMAGE_SIZE = 32
 DEFAULT_CHANNELS = 3
 DEFAULT_VALIDATION_FRACTION = 0.2
+# Where scikit-learn keeps the digits, and how load_digits() parses them.
+_CSV = Path("datasets", "data", "digits.csv.gz")
+
+
+def load_digits() -> tuple[np.ndarray, np.ndarray, str]:
+  """(images [1797, 8, 8] float64 ink levels 0..16, labels, scikit-learn's version).
+
+  The same arrays as `sklearn.datasets.load_digits()`, read from the file it reads without
+  importing scikit-learn, which brings scipy and pandas along (seconds of start-up).
+  """
+  spec = importlib.util.find_spec("sklearn")  # finds the package without running it
+  if spec is None or not spec.submodule_search_locations:
+    raise NascliError("the digits data set ships inside scikit-learn: pip install scikit-learn")
+  version = importlib.metadata.version("scikit-learn")
+  for folder in spec.submodule_search_locations:
+    path = Path(folder) / _CSV
+    if path.is_file():
+      with gzip.open(path, mode="rt", encoding="utf-8") as f:
+        data = np.loadtxt(f, delimiter=",")
+      return data[:, :-1].reshape(-1, 8, 8), data[:, -1].astype(int), version
+  from sklearn import datasets  # pylint: disable=g-import-not-at-top
+  data = datasets.load_digits()  # a scikit-learn that moved the file
+  return data.images, data.target, version
 
 
 @register_source("digits")
 class DigitsSource(Source):
   """1,797 real scanned digits (UCI), upscaled so image models can use them; needs no network."""
 
+  reads = frozenset({"image_size", "channels", "seed", "validation_fraction", "validation_size"})
+
+  @classmethod
+  def check_options(cls, options: ConvertOptions) -> None:
+    if options.image_size is not None and options.image_size < 8:
+      raise NascliError(f"--image_size {options.image_size} is smaller than the 8x8 source digits")
+    if options.channels not in (None, 1, 3):
+      raise NascliError(f"--channels must be 1 or 3, got {options.channels}")
+    if options.validation_fraction is not None and not 0.0 < options.validation_fraction < 1.0:
+      raise NascliError(f"--validation_fraction {options.validation_fraction} must be between 0"
+                        " and 1")
+
   def prepare(self) -> None:
-    from sklearn import datasets  # pylint: disable=g-import-not-at-top
-    import sklearn  # pylint: disable=g-import-not-at-top
-    data = datasets.load_digits()
+    ink, labels, self._sklearn_version = load_digits()
     # 0..16 ink levels -> 0..255.
-    self._pixels = np.round(data.images * (255.0 / 16.0)).astype(np.uint8)
-    self._labels = data.target.astype(np.int64)
-    self._sklearn_version = sklearn.__version__
+    self._pixels = np.round(ink * (255.0 / 16.0)).astype(np.uint8)
+    self._labels = labels.astype(np.int64)
     self.image_size = self.options.image_size or DEFAULT_IMAGE_SIZE
     self.channels = self.options.channels or DEFAULT_CHANNELS
     if self.image_size < 8:

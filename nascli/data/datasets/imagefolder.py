@@ -14,9 +14,9 @@ import re
 import shutil
 from typing import Any
 
-from nascli.data import archives, download, images, splits
-from nascli.data.source import (ClassInfo, CorruptItemError, Record, Source,
-                                register_source)
+from nascli.data import archives, download, images, reasons, splits
+from nascli.data.source import (ClassInfo, ConvertOptions, CorruptItemError, MissingItemError,
+                                Record, Source, register_source)
 from nascli.errors import InputError, NascliError
 
 IMAGE_EXTENSIONS = frozenset({".jpg", ".jpeg", ".png", ".bmp", ".gif", ".tif", ".tiff", ".webp"})
@@ -75,7 +75,7 @@ def read_label_map(path: Path) -> list[ClassInfo]:
   try:
     text = path.read_text(encoding="utf-8")
   except (OSError, UnicodeDecodeError) as e:
-    raise InputError(f"cannot read label map {_show(path)}: {e}") from None
+    raise InputError(f"cannot read label map {_show(path)}: {reasons.reason(e)}") from None
   by_id: dict[int, str] = {}
   by_name: dict[str, int] = {}
   for lineno, line in enumerate(text.splitlines(), 1):
@@ -172,6 +172,16 @@ class ImageFolderSource(Source):
   """A folder with one sub-folder of images per class (class ids: sorted names, or --label_map)."""
 
   needs_check = True
+  reads = frozenset({"source", "validation_source", "seed", "validation_fraction",
+                     "validation_size", "label_map"})
+
+  @classmethod
+  def check_options(cls, options: ConvertOptions) -> None:
+    if options.validation_fraction is not None and not 0.0 < options.validation_fraction < 1.0:
+      raise NascliError(f"--validation_fraction {options.validation_fraction} must be between 0"
+                        " and 1")
+    if options.label_map is not None:
+      read_label_map(Path(options.label_map))
 
   def prepare(self) -> None:
     root = self._resolve_root()
@@ -282,6 +292,8 @@ class ImageFolderSource(Source):
     try:
       with open(item.path, "rb") as f:
         return f.read()
+    except FileNotFoundError:  # removed since the folder was listed
+      raise MissingItemError(item.rel) from None
     except OSError as e:
       raise CorruptItemError(item.rel, f"cannot read: {e.strerror or e}") from None
 
@@ -306,6 +318,8 @@ class ImageFolderSource(Source):
 @register_source("flowers")
 class FlowersSource(ImageFolderSource):
   """TensorFlow's 3,670 flower photos in 5 classes, split the way FastNN (TF-slim) splits them."""
+
+  reads = frozenset({"source", "seed", "validation_fraction", "validation_size", "label_map"})
 
   def _resolve_root(self) -> Path:
     source = self.options.source

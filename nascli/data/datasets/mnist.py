@@ -14,8 +14,8 @@ from typing import Any
 
 import numpy as np
 
-from nascli.data import download, images
-from nascli.data.source import ClassInfo, Record, Source, register_source
+from nascli.data import download, images, reasons
+from nascli.data.source import ClassInfo, ConvertOptions, Record, Source, register_source
 from nascli.errors import InputError, NascliError
 
 BASE_URL = "https://storage.googleapis.com/cvdf-datasets/mnist/"
@@ -48,7 +48,7 @@ def _read_idx(path: Path, magic: int) -> np.ndarray:
     try:
       data = gzip.decompress(data)
     except (OSError, EOFError, zlib.error) as e:
-      reason = " ".join(str(e).split()) or type(e).__name__
+      reason = reasons.reason(e)
       raise InputError(f"truncated or corrupt gzip file {path}: {reason}") from None
   ndim = 3 if magic == IMAGES_MAGIC else 1
   header_size = 4 + 4 * ndim
@@ -76,6 +76,13 @@ def _file_sha256(path: Path) -> str:
 @register_source("mnist")
 class MnistSource(Source):
   """28x28 grey digits; pixels are decoded once in prepare() and shared with forked workers."""
+
+  reads = frozenset({"source", "channels"})
+
+  @classmethod
+  def check_options(cls, options: ConvertOptions) -> None:
+    if options.channels not in (None, 1, 3):
+      raise NascliError(f"--channels must be 1 or 3 for mnist, got {options.channels}")
 
   def prepare(self) -> None:
     self.channels = self.options.channels or 1

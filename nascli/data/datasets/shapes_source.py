@@ -11,7 +11,8 @@ from typing import Any
 import numpy as np
 
 from nascli.data import images, shapes
-from nascli.data.source import DETECTION, ClassInfo, Record, Source, register_source
+from nascli.data.source import (DETECTION, ClassInfo, ConvertOptions, Record, Source,
+                                register_source)
 from nascli.errors import NascliError
 
 DEFAULT_NUM_SAMPLES = 512
@@ -28,6 +29,12 @@ class ShapesSource(Source):
   """Rendered rectangles, ellipses and triangles; train and validation never share an image."""
 
   task = DETECTION
+  reads = frozenset({"image_size", "channels", "num_samples", "seed", "validation_fraction",
+                     "validation_size"})
+
+  @classmethod
+  def check_options(cls, options: ConvertOptions) -> None:
+    cls(options).prepare()  # cheap: settings and one rendered image
 
   def prepare(self) -> None:
     opts = self.options
