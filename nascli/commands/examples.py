@@ -26,6 +26,8 @@ EXAMPLES: dict[str, tuple[tuple[str, str], ...]] = {
          "nascli convert-data digits --output_dir data/digits"),
         ("A folder with one sub-folder per class, 20% held out for validation:",
          "nascli convert-data imagefolder --source photos/ --validation_fraction 0.2"),
+        ("Detection data as labelling tools export it: a COCO JSON and an image folder:",
+         "nascli convert-data coco --object_annotations_file labels.json --image_dir images/"),
         ("Decode every record of a finished conversion and check its shards:",
          "nascli convert-data --verify data/digits"),
     ),
