@@ -6,6 +6,7 @@ import os
 
 from rich.console import Console
 
+from nascli import interrupts
 from nascli import storage
 from nascli.errors import NascliError
 
@@ -47,16 +48,32 @@ def _validation_path(args: EvalArgs) -> str | None:
   return None
 
 
+def model_dir_of(model_dir: str | None, checkpoint_path: str | None) -> str:
+  """--model_dir, or the folder holding --checkpoint_path."""
+  model_dir = model_dir or (checkpoint_path.rstrip("/").rpartition("/")[0]
+                            if storage.is_gcs(checkpoint_path or "") else
+                            os.path.dirname(checkpoint_path) if checkpoint_path else None)
+  if not model_dir:
+    raise NascliError("give --model_dir (or --checkpoint_path inside a model dir)")
+  return model_dir
+
+
 def evaluate(args: EvalArgs) -> dict:
+  """Evaluates as the arguments say. Metrics are written only at the end, whole, so an
+  interrupted evaluation leaves nothing behind and a rerun does it all again."""
+  try:
+    return _evaluate(args)
+  except KeyboardInterrupt as e:  # interrupts.Interrupted too (SIGINT, SIGTERM)
+    raise interrupts.Interrupted.of(
+        e, what=f"evaluating {args.checkpoint_path or args.model_dir}",
+        resume="run the same command again") from None
+
+
+def _evaluate(args: EvalArgs) -> dict:
   # pylint: disable=g-import-not-at-top
   from tf_vision import distribute, eval_lib, model_dir as model_dir_lib, params as params_lib
   from tf_vision.evaluation import coco_groundtruth
-  model_dir = args.model_dir or (args.checkpoint_path.rstrip("/").rpartition("/")[0]
-                                 if storage.is_gcs(args.checkpoint_path or "") else
-                                 os.path.dirname(args.checkpoint_path)
-                                 if args.checkpoint_path else None)
-  if not model_dir:
-    raise NascliError("give --model_dir (or --checkpoint_path inside a model dir)")
+  model_dir = model_dir_of(args.model_dir, args.checkpoint_path)
   remote_dir = model_dir.rstrip("/") if storage.is_gcs(model_dir) else None
   # A gs:// model dir is read from its staged local copy (nascli reads params.yaml and the run
   # info with local file calls; re-staging fetches only changed objects).

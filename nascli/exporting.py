@@ -6,6 +6,7 @@ import os
 import shutil
 import tempfile
 
+from nascli import interrupts
 from nascli import storage
 from nascli.errors import NascliError, OutputError
 
@@ -25,7 +26,8 @@ class ExportArgs:
   latency_runs: int = 30
 
 
-def _image_size(text: str | None) -> list[int] | None:
+def image_size(text: str | None) -> list[int] | None:
+  """--input_image_size HEIGHT,WIDTH (or HxW) as [height, width]; None passes."""
   if text is None:
     return None
   try:
@@ -37,10 +39,41 @@ def _image_size(text: str | None) -> list[int] | None:
   return size
 
 
+def export_dir_of(args: ExportArgs) -> str:
+  return args.export_dir or storage.join(args.model_dir, "export", args.input_type)
+
+
+def check_export_dir(export_dir: str, overwrite: bool) -> None:
+  """A local export dir must be a folder, and empty unless --overwrite (gs://: checked later)."""
+  if storage.is_gcs(export_dir):
+    return
+  if os.path.islink(export_dir) or (os.path.exists(export_dir) and
+                                    not os.path.isdir(export_dir)):
+    raise OutputError(f"--export_dir {export_dir} is not a folder")
+  if not overwrite and os.path.isdir(export_dir) and os.listdir(export_dir):
+    raise OutputError(f"export dir {export_dir} already has files"
+                      f" ({sorted(os.listdir(export_dir))[0]}); pass --overwrite")
+
+
 def export(args: ExportArgs) -> dict:
+  """Exports as the arguments say; an interrupt says what a rerun needs."""
+  export_dir = export_dir_of(args)
+  try:
+    return _export_checkpoint(args, export_dir)
+  except KeyboardInterrupt as e:  # interrupts.Interrupted too (SIGINT, SIGTERM)
+    # The SavedModel is built aside and moved in whole; only a latency run can follow it.
+    written = (not storage.is_gcs(export_dir) and os.path.isdir(export_dir)
+               and os.listdir(export_dir))
+    resume = ("run the same command again with --overwrite" if written and not args.overwrite
+              else "run the same command again")
+    raise interrupts.Interrupted.of(
+        e, what=f"exporting {args.checkpoint_path or args.model_dir} to {export_dir}",
+        resume=resume) from None
+
+
+def _export_checkpoint(args: ExportArgs, export_dir: str) -> dict:
   # pylint: disable=g-import-not-at-top
   from tf_vision import eval_lib, model_dir as model_dir_lib
-  export_dir = args.export_dir or storage.join(args.model_dir, "export", args.input_type)
   # A gs:// model dir is read from its staged local copy (see nascli.evaluation).
   model_dir, checkpoint_path = storage.stage_with_member(
       args.model_dir, args.checkpoint_path, "--model_dir", "--checkpoint_path")
@@ -77,7 +110,7 @@ def _export(args: ExportArgs, params, checkpoint: str, export_dir: str) -> dict:
   from tf_vision.serving import export_lib, latency
   saved_model = export_lib.export(params, checkpoint, export_dir, input_type=args.input_type,
                                   batch_size=args.batch_size,
-                                  input_image_size=_image_size(args.input_image_size),
+                                  input_image_size=image_size(args.input_image_size),
                                   overwrite=args.overwrite)
   result = {"saved_model": str(saved_model), "export_dir": export_dir, "checkpoint": checkpoint,
             "input_type": args.input_type}

@@ -8,6 +8,8 @@ COMPLETED = "completed"
 FAILED = "failed"
 FAILED_WITH_NAN = "failed_with_nan"
 INFEASIBLE = "infeasible"
+# A signal (Ctrl-C, SIGTERM) stopped the run; `checkpoint_step` is where a rerun resumes.
+INTERRUPTED = "interrupted"
 RUNNING = "running"
 
 

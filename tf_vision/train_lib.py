@@ -3,15 +3,19 @@
 Model Garden's `train_lib.run_experiment` does the training, checkpointing, resume and summaries;
 this module adds what it lacks as Orbit train actions: the THOR-style log line
 (`epoch: E step: S, loss is L`) in `<model_dir>/log` and on stderr, a progress report, a hard
-stop with `job_status.json` on a NaN or infinite loss, and a log whose step sequence stays clean
-across a kill and resume.
+stop with `job_status.json` on a NaN or infinite loss, a log whose step sequence stays clean
+across a kill and resume, and a Ctrl-C or SIGTERM that stops at the end of the training loop it
+lands in, saves a checkpoint there and leaves `interrupted` in job_status.json.
 """
 
+import contextlib
 import dataclasses
 import json
 import math
 import os
 import re
+import signal
+import threading
 import time
 from typing import Any, Callable
 
@@ -19,6 +23,7 @@ import orbit
 import tensorflow as tf
 import tf_keras  # noqa: F401  pylint: disable=unused-import
 
+from nascli import interrupts
 from nascli.errors import NascliError
 from official.core import base_task, task_factory, train_lib, train_utils
 from official.core import config_definitions as cfg
@@ -57,6 +62,52 @@ def _is_chief(strategy: tf.distribute.Strategy) -> bool:
   task_type, task_id = resolver.task_type, resolver.task_id
   has_chief = "chief" in resolver.cluster_spec().as_dict()
   return task_type == "chief" or (not has_chief and task_type == "worker" and task_id == 0)
+
+
+def _num_workers(strategy: tf.distribute.Strategy) -> int:
+  resolver = getattr(strategy, "cluster_resolver", None)
+  spec = resolver.cluster_spec().as_dict() if resolver is not None else {}
+  return max(1, sum(len(spec.get(role, [])) for role in ("chief", "worker")))
+
+
+@contextlib.contextmanager
+def _interrupts_deferred(doing: str):
+  """A SIGINT or SIGTERM that nascli turns into `Interrupted` waits for the end of the block.
+
+  A Python signal handler runs only between bytecodes, so the signal of a Ctrl-C during a train
+  loop (one graph call) is raised as the call returns: before the loop's log line, metrics and
+  summaries are written. Held back to the end of the block, it stops the run where a checkpoint
+  of that step goes with a whole log. A second signal still ends the process at once (the
+  handler it reaches says so). Signals with Python's own default handler are not held back.
+  """
+  if threading.current_thread() is not threading.main_thread():
+    yield
+    return
+  handlers = {}
+  for signum in (signal.SIGINT, signal.SIGTERM):
+    handler = signal.getsignal(signum)
+    if callable(handler) and handler is not signal.default_int_handler:
+      handlers[signum] = handler
+  pending: list[KeyboardInterrupt] = []
+
+  def defer(signum, frame):
+    try:
+      handlers[signum](signum, frame)
+    except KeyboardInterrupt as e:
+      if not pending:
+        pending.append(e)
+        name = "Ctrl-C" if signum == signal.SIGINT else signal.Signals(signum).name
+        os.write(2, f"\n{name}: stopping after {doing}; {name} again stops at once\n".encode())
+
+  for signum in handlers:
+    signal.signal(signum, defer)
+  try:
+    yield
+  finally:
+    for signum, handler in handlers.items():
+      signal.signal(signum, handler)
+  if pending:
+    raise pending[0]
 
 
 def _scalar(value: Any) -> float | None:
@@ -119,6 +170,8 @@ class LoopAction:
     self.write_files = write_files
     self.loss_upper_bound = loss_upper_bound
     self._last = (int(global_step.numpy()), time.monotonic())
+    # The last step whose line, metrics and progress report are all written.
+    self.recorded_step = self._last[0]
     # (steps, seconds) of each loop; the first one also pays for tracing and the input pipeline.
     self.loops: list[tuple[int, float]] = []
 
@@ -150,6 +203,7 @@ class LoopAction:
                             step_in_epoch=in_epoch, loss=loss, learning_rate=lr,
                             steps_per_second=rate,
                             images_per_second=rate * self.global_batch_size, line=text))
+    self.recorded_step = step
 
 
 def _latest_step(model_dir: str) -> int:
@@ -165,7 +219,10 @@ def run(params: cfg.ExperimentConfig, model_dir: str, strategy: tf.distribute.St
 
   Returns {"status", "step", "resumed_from", "eval_metrics", "seconds", "num_replicas", "loops"
   ([steps, seconds] per train loop), "eval_seconds" (the final evaluation)}; raises
-  NonFiniteLossError (after writing job_status.json) when the loss stops being finite.
+  NonFiniteLossError (after writing job_status.json) when the loss stops being finite, and
+  nascli's `interrupts.Interrupted` on SIGINT/SIGTERM: the signal waits for the end of the
+  training loop it lands in, a checkpoint of that step is saved, and job_status.json says
+  `interrupted` (see `_stop_interrupted`), so that a rerun resumes exactly there.
 
   With several workers only the chief writes the log, job status and params; the others
   checkpoint into a temporary dir (Model Garden's rule) and resume from the chief's checkpoint
@@ -185,8 +242,23 @@ def run(params: cfg.ExperimentConfig, model_dir: str, strategy: tf.distribute.St
   if chief:
     job_status.write(model_dir, job_status.RUNNING, step=resumed_from)
   start = time.monotonic()
-  with strategy.scope():
-    task: base_task.Task = task_factory.get_task(params.task, logging_dir=model_dir)
+  state = _RunState(model_dir=model_dir, chief=chief, resumed_from=resumed_from,
+                    single_worker=_num_workers(strategy) == 1)
+
+  class _Controller(orbit.Controller):
+    """Orbit's controller; a signal stops it only between train loops and checkpoint writes."""
+
+    def _train_n_steps(self, num_steps: int):
+      with _interrupts_deferred("this training loop"):
+        super()._train_n_steps(num_steps)
+
+    def _maybe_save_checkpoint(self, check_interval: bool = True):
+      state.writing_checkpoint = True
+      try:
+        with _interrupts_deferred("writing this checkpoint"):
+          return super()._maybe_save_checkpoint(check_interval)
+      finally:
+        state.writing_checkpoint = False
 
   class _Runner(train_lib.OrbitExperimentRunner):
     """Model Garden's runner with our loop action bound to its global step."""
@@ -208,30 +280,34 @@ def run(params: cfg.ExperimentConfig, model_dir: str, strategy: tf.distribute.St
     def _build_controller(self, trainer, evaluator, save_summary=True, train_actions=None,
                           eval_actions=None, controller_cls=orbit.Controller,
                           enable_async_checkpointing=False):
+      del controller_cls  # ours, which holds signals back to the end of a loop
       action = LoopAction(self.trainer.global_step, step_log, params.trainer.train_steps,
                           params.task.train_data.global_batch_size, model_dir, on_loop, chief,
                           params.trainer.loss_upper_bound)
-      actions.append(action)
+      state.action = action
       return super()._build_controller(
           trainer, evaluator, save_summary=save_summary,
           train_actions=[action] + list(train_actions or []), eval_actions=eval_actions,
-          controller_cls=controller_cls, enable_async_checkpointing=enable_async_checkpointing)
+          controller_cls=_Controller, enable_async_checkpointing=enable_async_checkpointing)
 
-  actions: list[LoopAction] = []
   eval_seconds = 0.0
   try:
+    with strategy.scope():
+      task: base_task.Task = task_factory.get_task(params.task, logging_dir=model_dir)
     # The final evaluation goes through eval_lib, the code `nascli eval` runs, so the number a run
     # reports is the number its checkpoint gives later (Model Garden's in-trainer post-eval can
     # differ in the last digit through graph-level numerics).
     runner = _Runner(distribution_strategy=strategy, task=task,
                      mode="train" if mode == "train_and_post_eval" else mode, params=params,
                      model_dir=model_dir)
+    state.runner = runner
     thor.maybe_attach_thor(runner.trainer.model, runner.trainer.optimizer)  # THOR (issue 6)
     if "train" in mode:
       with strategy.scope():  # slots now, not while the first training loop is traced
         wrappers.create_slots(runner.trainer.optimizer, runner.trainer.model.trainable_variables)
     _, eval_logs = runner.run()
     if mode == "train_and_post_eval":
+      state.evaluating = True
       # The runner's own final checkpoint: a non-chief worker's is in its temporary dir.
       checkpoint = (runner.checkpoint_manager.latest_checkpoint
                     or tf.train.latest_checkpoint(model_dir))
@@ -241,6 +317,8 @@ def run(params: cfg.ExperimentConfig, model_dir: str, strategy: tf.distribute.St
           summary_dir=os.path.join(model_dir, params.trainer.validation_summary_subdir)
           if chief else None)["metrics"]
       eval_seconds = time.monotonic() - eval_start
+  except KeyboardInterrupt as e:  # interrupts.Interrupted too: SIGINT and SIGTERM
+    raise _stop_interrupted(e, state, strategy) from None
   except NonFiniteLossError as e:
     if chief:
       job_status.write(model_dir, job_status.FAILED_WITH_NAN, reason=str(e))
@@ -249,6 +327,7 @@ def run(params: cfg.ExperimentConfig, model_dir: str, strategy: tf.distribute.St
     if chief:
       job_status.write(model_dir, job_status.FAILED, reason=f"{type(e).__name__}: {e}"[:500])
     raise
+  actions = [state.action] if state.action else []
   step = int(runner.trainer.global_step.numpy())
   metrics = {k: _scalar(v) for k, v in (eval_logs or {}).items() if _scalar(v) is not None}
   result = {"status": job_status.COMPLETED, "step": step, "resumed_from": resumed_from,
@@ -260,6 +339,58 @@ def run(params: cfg.ExperimentConfig, model_dir: str, strategy: tf.distribute.St
     job_status.write(model_dir, job_status.COMPLETED, step=step, eval_metrics=metrics,
                      num_replicas=strategy.num_replicas_in_sync)
   return result
+
+
+@dataclasses.dataclass
+class _RunState:
+  """What an interrupt handler needs to know about where the run was."""
+  model_dir: str
+  chief: bool
+  resumed_from: int
+  single_worker: bool
+  runner: Any = None
+  action: LoopAction | None = None
+  writing_checkpoint: bool = False
+  evaluating: bool = False
+
+
+def _stop_interrupted(error: KeyboardInterrupt, state: _RunState,
+                      strategy: tf.distribute.Strategy) -> interrupts.Interrupted:
+  """Saves a checkpoint at the step reached where that is safe, writes `interrupted` to
+  job_status.json, and returns the Interrupted that says where a rerun resumes.
+
+  Safe: the trainer exists, the interrupt did not land inside a checkpoint write (its files may
+  be partial), the log and metrics hold the step (see `_interrupts_deferred`), and there is one
+  worker (a save is collective in a cluster: a worker saving alone would wait forever).
+  """
+  manager = state.runner.checkpoint_manager if state.runner is not None else None
+  step = (int(state.runner.trainer.global_step.numpy()) if state.runner is not None
+          else state.resumed_from)
+  saved = _latest_step(state.model_dir)
+  if (manager is not None and step > saved and state.single_worker
+      and not state.writing_checkpoint and state.action is not None
+      and state.action.recorded_step == step):
+    try:
+      with strategy.scope():
+        manager.save(checkpoint_number=step, check_interval=False)
+      saved = step
+    except Exception:  # pylint: disable=broad-except
+      pass  # the previous checkpoint stands; the message says which
+  signum = interrupts.signal_of(error)
+  if state.chief:
+    job_status.write(state.model_dir, job_status.INTERRUPTED, step=step, checkpoint_step=saved,
+                     signal=signal.Signals(signum).name)
+  doing = "evaluating" if state.evaluating else "training"
+  if saved == step and saved:
+    what, resume_step = f"{doing} {state.model_dir} at step {step} (checkpoint saved)", step
+  elif saved:
+    what = f"{doing} {state.model_dir} at step {step} (last checkpoint: step {saved})"
+    resume_step = saved
+  else:
+    what, resume_step = f"{doing} {state.model_dir} at step {step} (no checkpoint yet)", 0
+  resume = (f"run the same command again to resume from step {resume_step}" if resume_step
+            else "run the same command again to start it over")
+  return interrupts.Interrupted.of(error, what=what, resume=resume)
 
 
 def _truncate_jsonl(path: str, step: int) -> None:

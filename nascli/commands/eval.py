@@ -5,7 +5,28 @@ from typing import Annotated, Optional
 
 import typer
 
+from nascli import checks
 from nascli.commands.options import flag
+from nascli.errors import NascliError
+
+
+def refuse_bad_flags(model_dir: str | None, checkpoint_path: str | None,
+                     validation_data_path: str | None, dataset_dir: str | None,
+                     params_override: str | None, steps: int, output: str | None) -> None:
+  """What needs no TensorFlow, before it is imported (issue 18); gs:// paths are read later."""
+  # pylint: disable=g-import-not-at-top
+  from nascli import evaluation
+  from tf_vision.configs import yaml_source
+  if steps == 0 or steps < -1:
+    raise NascliError(f"--steps {steps} is out of range; allowed: -1 (all batches) or 1 or"
+                      " more")
+  checks.existing_path(model_dir, "--model_dir", "dir")
+  checks.checkpoint(model_dir, checkpoint_path)
+  checks.model_dir(evaluation.model_dir_of(model_dir, checkpoint_path))
+  checks.dataset_dir(dataset_dir)
+  checks.matches_files(validation_data_path, "--validation_data_path")
+  yaml_source.check(params_override, "--params_override")
+  checks.writable_file(output, "--output")
 
 
 def evaluate(
@@ -34,6 +55,8 @@ def evaluate(
     = False,
 ) -> None:
   """Evaluate the latest (or a given) checkpoint on the validation data."""
+  refuse_bad_flags(model_dir, checkpoint_path, validation_data_path, dataset_dir,
+                   params_override, steps, output)
   # pylint: disable=g-import-not-at-top
   from nascli import frameworks
   frameworks.load()

@@ -5,7 +5,26 @@ from typing import Annotated, Optional
 
 import typer
 
+from nascli import checks
 from nascli.commands.options import flag
+
+# TensorFlow-free copy of tf_vision.serving.export_lib.INPUT_TYPES (a test keeps them equal).
+INPUT_TYPES = ("image_tensor", "image_bytes", "tf_example")
+
+
+def refuse_bad_flags(args) -> None:
+  """What needs no TensorFlow, before it is imported (issue 18); gs:// paths are read later."""
+  from nascli import exporting  # pylint: disable=g-import-not-at-top
+  checks.one_of(args.input_type, INPUT_TYPES, "--input_type")
+  checks.int_range(args.batch_size, "--batch_size", 1,
+                   allowed="1 or more (leave it out for any batch size)")
+  checks.int_range(args.latency_batch_size, "--latency_batch_size", 1)
+  checks.int_range(args.latency_runs, "--latency_runs", 1)
+  exporting.image_size(args.input_image_size)
+  checks.existing_path(args.model_dir, "--model_dir", "dir")
+  checks.checkpoint(args.model_dir, args.checkpoint_path)
+  checks.model_dir(args.model_dir)
+  exporting.check_export_dir(exporting.export_dir_of(args), args.overwrite)
 
 
 def export(
@@ -40,14 +59,16 @@ def export(
 ) -> None:
   """Export a checkpoint as a SavedModel (params.yaml beside it), optionally timing it."""
   # pylint: disable=g-import-not-at-top
-  from nascli import frameworks
-  frameworks.load()
   from nascli import exporting
-  result = exporting.export(exporting.ExportArgs(
+  args = exporting.ExportArgs(
       model_dir=model_dir, checkpoint_path=checkpoint_path, export_dir=export_dir,
       experiment=experiment, input_type=input_type, batch_size=batch_size,
       input_image_size=input_image_size, overwrite=overwrite, measure_latency=measure_latency,
-      latency_batch_size=latency_batch_size, latency_runs=latency_runs))
+      latency_batch_size=latency_batch_size, latency_runs=latency_runs)
+  refuse_bad_flags(args)
+  from nascli import frameworks
+  frameworks.load()
+  result = exporting.export(args)
   if as_json:
     print(json.dumps(result, indent=2))
     return

@@ -1,15 +1,76 @@
 """`nascli train`: train a Model Garden model (classification or RetinaNet) on TFRecords."""
 
 import json
+import os
 from typing import Annotated, Any, Optional
 
 import typer
 from rich.console import Console
 
+from nascli import checks
 from nascli.commands.fastnn_options import with_fastnn_options
 from nascli.commands.options import flag
+from nascli.errors import NascliError
 
 stderr = Console(stderr=True)
+# TensorFlow-free copies of the names tf_vision.distribute and tf_vision.params register (a test
+# keeps them equal), so that a bad value is refused before TensorFlow is imported.
+STRATEGIES = ("one_device", "mirrored", "multi_worker_mirrored")
+MODELS = ("classification", "retinanet")
+
+
+def _trial_ids(text: str | None) -> list[str]:
+  return [t.strip() for t in (text or "").split(",") if t.strip()]
+
+
+def _refuse_bad_flags(args, config_files: list[str], search_job_dir: str | None,
+                      train_nas_trial_numbers: str | None) -> None:
+  """Everything about the flags that needs no TensorFlow (issue 18: refused in a second, not
+  after 15-40 s of imports); nascli.training.plan checks them again with the config."""
+  # pylint: disable=g-import-not-at-top
+  from nascli import training
+  from nascli.search import trial as trial_lib
+  from tf_vision import nas_params_syntax
+  from tf_vision.configs import fastnn_keys, yaml_source
+  checks.one_of(args.mode, training.MODES, "--mode")
+  if not args.experiment:
+    checks.one_of(args.model, MODELS, "--model")
+  if args.strategy is not None:
+    checks.one_of(args.strategy, STRATEGIES, "--strategy")
+  spaces = sorted(trial_lib._BINDINGS)  # pylint: disable=protected-access
+  checks.one_of(args.search_space, spaces, "--search_space")  # the spaces train can build
+  checks.int_range(args.seed, "--seed", 0, 2**32 - 1, allowed="0 to 2**32 - 1")
+  checks.int_range(args.num_gpus, "--num_gpus", 1,
+                   allowed="1 or more (leave it out for every GPU of the machine)")
+  checks.int_range(args.keep_checkpoint_max, "--keep_checkpoint_max", 1)
+  if args.dataset_dir and (args.training_data_path or args.validation_data_path):
+    raise NascliError("give --dataset_dir or --training_data_path/--validation_data_path,"
+                      " not both")
+  checks.dataset_dir(args.dataset_dir)
+  checks.matches_files(args.training_data_path, "--training_data_path")
+  checks.matches_files(args.validation_data_path, "--validation_data_path")
+  checks.not_a_file(args.model_dir, "--model_dir")
+  for path in config_files:
+    checks.existing_path(path, "--config_file", "file")
+    yaml_source.check(path, "--config_file")
+  yaml_source.check(args.params_override, "--params_override")
+  if args.hparams_file:
+    checks.existing_path(args.hparams_file, "--hparams_file", "file")
+    fastnn_keys.parse_hparams_file(args.hparams_file)  # local only, as plan() reads it
+  if args.nas_params_str:
+    nas_params_syntax.check(args.nas_params_str)
+  if search_job_dir or train_nas_trial_numbers:
+    if not (search_job_dir and train_nas_trial_numbers):
+      raise typer.BadParameter("give --search_job_dir and --train_nas_trial_numbers together")
+    if not _trial_ids(train_nas_trial_numbers):
+      raise NascliError("--train_nas_trial_numbers needs trial ids, e.g. 3,7")
+    checks.existing_path(search_job_dir, "--search_job_dir", "dir")
+    for trial_id in _trial_ids(train_nas_trial_numbers) if os.path.isdir(search_job_dir) else ():
+      path = os.path.join(search_job_dir, trial_id, "nas_params_str.json")
+      if not os.path.isfile(path):
+        raise NascliError(f"search job {search_job_dir} has no trial {trial_id} ({path}"
+                          " missing)")
+      nas_params_syntax.check(path)
 
 
 def _train(
@@ -83,13 +144,7 @@ def _train(
 ) -> None:
   """Train a model; resumes from the latest checkpoint in --model_dir."""
   # pylint: disable=g-import-not-at-top
-  from nascli import frameworks
-  frameworks.load()
   from nascli import training
-  if list_experiments:
-    for name in training.experiment_names():
-      print(name)
-    return
   train_args = training.TrainArgs(
       model=model, experiment=experiment, config_files=config_file or [],
       params_override=params_override, hparams_file=hparams_file,
@@ -98,9 +153,15 @@ def _train(
       model_dir=model_dir, strategy=strategy, num_gpus=num_gpus, mode=mode,
       keep_checkpoint_max=keep_checkpoint_max, verbose=verbose, nas_params_str=nas_params_str,
       search_space=search_space, seed=seed, fastnn=fastnn or {})
+  if not list_experiments:
+    _refuse_bad_flags(train_args, config_file or [], search_job_dir, train_nas_trial_numbers)
+  from nascli import frameworks
+  frameworks.load()
+  if list_experiments:
+    for name in training.experiment_names():
+      print(name)
+    return
   if search_job_dir or train_nas_trial_numbers:
-    if not (search_job_dir and train_nas_trial_numbers):
-      raise typer.BadParameter("give --search_job_dir and --train_nas_trial_numbers together")
     results = training.train_search_trials(train_args, search_job_dir, train_nas_trial_numbers,
                                            retrain_use_search_job_checkpoint)
     if as_json:

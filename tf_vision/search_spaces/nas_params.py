@@ -9,21 +9,18 @@ line naming the key, instead of pyglove's multi-line ValueError.
 """
 
 import json
-import os
-import re
 from typing import Any, Mapping
 
 import pyglove as pg
 
-from nascli import storage
 from nascli.errors import NascliError
+# Reading the JSON and the value syntax need no pyglove (nascli train checks them before loading
+# TensorFlow): they live in tf_vision.nas_params_syntax.
+from tf_vision.nas_params_syntax import load_nas_params
+from tf_vision.nas_params_syntax import NasParams
+from tf_vision.nas_params_syntax import VALUE_FORMAT as _VALUE_FORMAT
+from tf_vision.nas_params_syntax import VALUE_RE as _VALUE_RE
 from tf_vision.search_spaces import registry
-
-# pyglove's own parser accepts exactly this (its literal part may span lines).
-_VALUE_RE = re.compile(r'(\d+)/(\d+)(?: \((.*)\))?', re.S)
-_VALUE_FORMAT = "'<index>/<num_candidates> (<literal>)'"
-
-NasParams = Mapping[str, Any] | str | os.PathLike
 
 
 def to_nas_params(space: Any, dna: pg.DNA) -> dict[str, str]:
@@ -51,43 +48,6 @@ def to_nas_params(space: Any, dna: pg.DNA) -> dict[str, str]:
 def to_nas_params_str(space: Any, dna: pg.DNA) -> str:
   """`to_nas_params` as JSON text, as written to a trial's `nas_params_str.json`."""
   return json.dumps(to_nas_params(space, dna), indent=2)
-
-
-def load_nas_params(params: NasParams) -> tuple[dict[str, Any], str]:
-  """Reads a nas_params object given as a dict, JSON text, or a path ending in `.json`.
-
-  A string ending in `.json` is a file path (Vertex's rule); any other string is JSON text.
-
-  Returns:
-    (the object, a label naming where it came from, used in error messages).
-  """
-  if isinstance(params, Mapping):
-    return dict(params), 'nas_params'
-  if isinstance(params, os.PathLike) or (isinstance(params, str)
-                                         and params.strip().endswith('.json')):
-    source = os.fspath(params).strip()
-    if storage.is_gcs(source):
-      text = storage.read_text(source)  # errors name the gs:// path
-    else:
-      try:
-        with open(source, encoding='utf-8') as f:
-          text = f.read()
-      except OSError as e:
-        raise NascliError(f'{source}: cannot read nas_params file ({e.strerror})') from e
-  elif isinstance(params, str):
-    source, text = 'nas_params_str', params
-  else:
-    raise NascliError(f'nas_params: expected a JSON object, JSON text or a .json path, got '
-                      f'{type(params).__name__}')
-  try:
-    value = json.loads(text)
-  except json.JSONDecodeError as e:
-    raise NascliError(f'{source}: malformed JSON: {e.msg} at line {e.lineno} column {e.colno}'
-                      ) from e
-  if not isinstance(value, dict):
-    raise NascliError(f'{source}: expected a JSON object mapping decision keys to values, got '
-                      f'{_json_type(value)}')
-  return value, source
 
 
 def from_nas_params(space: Any, params: NasParams) -> pg.DNA:
@@ -191,18 +151,6 @@ def _check_multi_choices(source: str, points: Mapping[str, Any],
         raise NascliError(f'{source}: key {key!r}: index {indices[key]} is below '
                           f'{keys[pos - 1]!r} (the choices of {str(parent.id)!r} must be in '
                           'increasing order)')
-
-
-def _json_type(value: Any) -> str:
-  if isinstance(value, list):
-    return 'an array'
-  if isinstance(value, str):
-    return 'a string'
-  if isinstance(value, bool):
-    return 'a boolean'
-  if isinstance(value, (int, float)):
-    return 'a number'
-  return 'null' if value is None else type(value).__name__
 
 
 def _one_line(e: BaseException) -> str:
