@@ -69,6 +69,46 @@ def _handle(signum, frame):  # pylint: disable=unused-argument
 
 
 @contextlib.contextmanager
+def deferred(doing: str):
+  """A SIGINT or SIGTERM that nascli turns into `Interrupted` waits for the end of the block.
+
+  A Python signal handler runs only between bytecodes, so the signal of a Ctrl-C during a train
+  loop (one graph call) is raised as the call returns: before the loop's log line, metrics and
+  summaries are written. Held back to the end of the block, it stops the run where a checkpoint
+  of that step goes with a whole log. A second signal still ends the process at once (the
+  handler it reaches says so). Signals with Python's own default handler are not held back.
+  """
+  if threading.current_thread() is not threading.main_thread():
+    yield
+    return
+  handlers = {}
+  for signum in (signal.SIGINT, signal.SIGTERM):
+    handler = signal.getsignal(signum)
+    if callable(handler) and handler is not signal.default_int_handler:
+      handlers[signum] = handler
+  pending: list[KeyboardInterrupt] = []
+
+  def defer(signum, frame):
+    try:
+      handlers[signum](signum, frame)
+    except KeyboardInterrupt as e:
+      if not pending:
+        pending.append(e)
+        name = "Ctrl-C" if signum == signal.SIGINT else signal.Signals(signum).name
+        os.write(2, f"\n{name}: stopping after {doing}; {name} again stops at once\n".encode())
+
+  for signum in handlers:
+    signal.signal(signum, defer)
+  try:
+    yield
+  finally:
+    for signum, handler in handlers.items():
+      signal.signal(signum, handler)
+  if pending:
+    raise pending[0]
+
+
+@contextlib.contextmanager
 def handled():
   """SIGINT and SIGTERM raise `Interrupted` inside the block (main thread only; elsewhere the
   block runs as it is); the previous handlers are back afterwards."""

@@ -126,11 +126,10 @@ def test_a_signal_in_a_train_loop_waits_for_its_end():
   """The first signal is held to the end of the block and raised there as nascli's Interrupted;
   outside such a block it is raised at once, as before."""
   from nascli import interrupts  # pylint: disable=g-import-not-at-top
-  from tf_vision import train_lib  # pylint: disable=g-import-not-at-top
   reached = []
   with interrupts.handled():
     with pytest.raises(interrupts.Interrupted) as e:
-      with train_lib._interrupts_deferred("this test"):  # pylint: disable=protected-access
+      with interrupts.deferred("this test"):
         os.kill(os.getpid(), signal.SIGTERM)
         time.sleep(0.2)  # the handler has run by now
         reached.append(interrupts.received())
@@ -147,8 +146,7 @@ def test_a_second_signal_in_a_train_loop_stops_at_once():
   """Holding the first signal back must not swallow the second (a run the user cannot stop)."""
   code = ("import os, signal, time\n"
           "from nascli import interrupts\n"
-          "from tf_vision import train_lib\n"
-          "with interrupts.handled(), train_lib._interrupts_deferred('this test'):\n"
+          "with interrupts.handled(), interrupts.deferred('this test'):\n"
           "  os.kill(os.getpid(), signal.SIGINT)\n"
           "  time.sleep(0.2)\n"
           "  os.kill(os.getpid(), signal.SIGINT)\n"

@@ -8,14 +8,12 @@ across a kill and resume, and a Ctrl-C or SIGTERM that stops at the end of the t
 lands in, saves a checkpoint there and leaves `interrupted` in job_status.json.
 """
 
-import contextlib
 import dataclasses
 import json
 import math
 import os
 import re
 import signal
-import threading
 import time
 from typing import Any, Callable
 
@@ -68,46 +66,6 @@ def _num_workers(strategy: tf.distribute.Strategy) -> int:
   resolver = getattr(strategy, "cluster_resolver", None)
   spec = resolver.cluster_spec().as_dict() if resolver is not None else {}
   return max(1, sum(len(spec.get(role, [])) for role in ("chief", "worker")))
-
-
-@contextlib.contextmanager
-def _interrupts_deferred(doing: str):
-  """A SIGINT or SIGTERM that nascli turns into `Interrupted` waits for the end of the block.
-
-  A Python signal handler runs only between bytecodes, so the signal of a Ctrl-C during a train
-  loop (one graph call) is raised as the call returns: before the loop's log line, metrics and
-  summaries are written. Held back to the end of the block, it stops the run where a checkpoint
-  of that step goes with a whole log. A second signal still ends the process at once (the
-  handler it reaches says so). Signals with Python's own default handler are not held back.
-  """
-  if threading.current_thread() is not threading.main_thread():
-    yield
-    return
-  handlers = {}
-  for signum in (signal.SIGINT, signal.SIGTERM):
-    handler = signal.getsignal(signum)
-    if callable(handler) and handler is not signal.default_int_handler:
-      handlers[signum] = handler
-  pending: list[KeyboardInterrupt] = []
-
-  def defer(signum, frame):
-    try:
-      handlers[signum](signum, frame)
-    except KeyboardInterrupt as e:
-      if not pending:
-        pending.append(e)
-        name = "Ctrl-C" if signum == signal.SIGINT else signal.Signals(signum).name
-        os.write(2, f"\n{name}: stopping after {doing}; {name} again stops at once\n".encode())
-
-  for signum in handlers:
-    signal.signal(signum, defer)
-  try:
-    yield
-  finally:
-    for signum, handler in handlers.items():
-      signal.signal(signum, handler)
-  if pending:
-    raise pending[0]
 
 
 def _scalar(value: Any) -> float | None:
@@ -249,13 +207,13 @@ def run(params: cfg.ExperimentConfig, model_dir: str, strategy: tf.distribute.St
     """Orbit's controller; a signal stops it only between train loops and checkpoint writes."""
 
     def _train_n_steps(self, num_steps: int):
-      with _interrupts_deferred("this training loop"):
+      with interrupts.deferred("this training loop"):
         super()._train_n_steps(num_steps)
 
     def _maybe_save_checkpoint(self, check_interval: bool = True):
       state.writing_checkpoint = True
       try:
-        with _interrupts_deferred("writing this checkpoint"):
+        with interrupts.deferred("writing this checkpoint"):
           return super()._maybe_save_checkpoint(check_interval)
       finally:
         state.writing_checkpoint = False
@@ -360,7 +318,7 @@ def _stop_interrupted(error: KeyboardInterrupt, state: _RunState,
   job_status.json, and returns the Interrupted that says where a rerun resumes.
 
   Safe: the trainer exists, the interrupt did not land inside a checkpoint write (its files may
-  be partial), the log and metrics hold the step (see `_interrupts_deferred`), and there is one
+  be partial), the log and metrics hold the step (see `interrupts.deferred`), and there is one
   worker (a save is collective in a cluster: a worker saving alone would wait forever).
   """
   manager = state.runner.checkpoint_manager if state.runner is not None else None
