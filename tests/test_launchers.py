@@ -354,10 +354,6 @@ def test_distribute_train_on_two_replicas(parallel_run):
   _assert_no_tf_cpp_log(proc.stdout, proc.stderr, log)
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "TF 2.20's grappler logs through absl, which TF_CPP_MIN_LOG_LEVEL does not reach: Model"
-    " Garden's runner counts FLOPs after training (train_utils.try_count_flops), printing"
-    " devices.cc / single_machine.cc lines; needs a fix in the training process (tf_vision)"))
 def test_distribute_train_prints_no_absl_cpp_log_lines(parallel_run):
   _, proc = parallel_run
   assert proc.returncode == 0, proc.stderr[-2000:]

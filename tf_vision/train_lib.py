@@ -221,6 +221,23 @@ def run(params: cfg.ExperimentConfig, model_dir: str, strategy: tf.distribute.St
   class _Runner(train_lib.OrbitExperimentRunner):
     """Model Garden's runner with our loop action bound to its global step."""
 
+    def run(self):
+      """Model Garden's run() without its parameter and FLOPs counts after training: they feed
+      only INFO log lines nascli silences, the FLOPs count traces the model once more, and its
+      Grappler pass prints C++ log lines (`devices.cc:67] Number of eligible GPUs`) that
+      TF_CPP_MIN_LOG_LEVEL does not silence."""
+      if self._mode not in ("train", "train_and_eval") or self._run_post_eval:
+        return super().run()
+      with self.strategy.scope():
+        if self._mode == "train":
+          self.controller.train(steps=params.trainer.train_steps)
+        else:
+          self.controller.train_and_evaluate(
+              train_steps=params.trainer.train_steps,
+              eval_steps=params.trainer.validation_steps,
+              eval_interval=params.trainer.validation_interval)
+      return self.trainer.model, {}
+
     def _maybe_build_checkpoint_manager(self):
       manager = super()._maybe_build_checkpoint_manager()
       latest = tf.train.latest_checkpoint(model_dir)
