@@ -222,8 +222,23 @@ def test_a_lost_attempt_makes_the_trial_pending_again():
   assert again.losses == {'1': 1} and '1' not in again.reasons
 
 
+def test_an_interrupted_attempt_runs_again_first_on_resume():
+  interrupted = EVENTS[:11] + [
+      {'seq': 12, 'time': 't12', 'event': 'interrupted', 'trial_id': '1', 'attempt': 1,
+       'signal': 'SIGINT'}]
+  state = journal_lib.replay(interrupted)
+  assert state.status['1'] == 'interrupted' and state.finished_time['1'] == 't12'
+  assert state.unfinished() == ['1', '3', '4', '5']  # first, in proposal order
+  assert state.losses == {} and state.attempts['1'] == 1 and '1' not in state.completion_order
+  again = journal_lib.replay(interrupted + [
+      {'seq': 13, 'event': 'started', 'trial_id': '1', 'attempt': 2},
+      {'seq': 14, 'event': 'completed', 'trial_id': '1', 'reward': 0.9, 'metrics': {}}])
+  assert again.status['1'] == 'completed' and again.attempts['1'] == 2
+
+
 @pytest.mark.parametrize('event, message', [
     ({'event': 'lost', 'trial_id': '4'}, 'loses trial 4, which is not running'),
+    ({'event': 'interrupted', 'trial_id': '4'}, 'interrupts trial 4, which is not running'),
     ({'event': 'started', 'trial_id': '9'}, r'seq 99 \(started\) names trial 9, which was never'),
     ({'event': 'proposed', 'trial_id': '1', 'dna': [0]}, 'proposes trial 1 a second time'),
     ({'event': 'failed', 'trial_id': '2', 'status': 'failed'}, 'trial 2, which already completed'),

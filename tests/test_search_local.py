@@ -2,6 +2,7 @@
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -76,39 +77,111 @@ def test_three_trial_search_records_everything(cache, tmp_path):
   assert f"({specs[6]['num_repeats']})" in chosen["blocks[6].num_repeats"]
 
 
-def test_killed_search_resumes_to_exactly_max_trials(cache, tmp_path):
+def _wait_for(predicate, driver, what, timeout=600):
+  deadline = time.monotonic() + timeout
+  while not predicate():
+    assert driver.poll() is None, f"the search exited with {driver.returncode} before {what}"
+    assert time.monotonic() < deadline, f"no {what} after {timeout} s"
+    time.sleep(0.2)
+
+
+TRAINING_2 = re.compile(r"^progress: 1/3 trials done; running 2 \(step (10|20), loss [0-9.e+-]+\);"
+                        r" best reward [0-9.]+ \(trial 1\); elapsed \S+, ETA \S+$", re.M)
+
+
+def test_ctrl_c_stops_the_search_cleanly_and_the_same_command_resumes(cache, tmp_path):
+  """Ctrl-C at a terminal (SIGINT to the search's process group) while trial 2 trains: one
+  line, exit 130, trial 2 recorded `interrupted` at its checkpoint; the same command then
+  re-runs trial 2 from there and runs trial 3, trial 1 is not repeated. With stderr in a file
+  the search printed progress lines meanwhile."""
   job = tmp_path / "job"
   args = [sys.executable, "-m", "nascli", "search_in_local", "--prebuilt_search_space",
           "mnasnet", "--local_output_dir", str(job), "--seed", "3", "--max_nas_trial", "3",
           "--params_override", SHORT]
-  env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", NASCLI_CACHE_DIR=cache)
-  driver = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
-  deadline = time.monotonic() + 600
-  while time.monotonic() < deadline and driver.poll() is None:
-    started = [e for e in _events(job)] if (job / "journal.jsonl").exists() else []
-    if any(e["event"] == "started" and e["trial_id"] == "2" for e in started):
-      time.sleep(3)  # trial 2 is running
-      break
-    time.sleep(0.5)
-  driver.send_signal(signal.SIGKILL)
-  driver.wait()
+  env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", NASCLI_CACHE_DIR=cache,
+             NASCLI_PROGRESS_SECONDS="1")
+  log = tmp_path / "stderr.log"
+  with open(log, "w", encoding="utf-8") as err:
+    driver = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=err, env=env,
+                              start_new_session=True)  # its own group, as a terminal's job
+  try:
+    # Trial 2 has trained a loop (10 steps, then a checkpoint), and a progress line said so.
+    _wait_for(lambda: TRAINING_2.search(log.read_text()), driver, "trial 2 training")
+    os.killpg(driver.pid, signal.SIGINT)
+    assert driver.wait(timeout=180) == 130
+  finally:
+    if driver.poll() is None:
+      os.killpg(driver.pid, signal.SIGKILL)
+  status = json.loads((job / "2" / "job_status.json").read_text())
+  assert status["status"] == "interrupted" and status["step"] in (10, 20), status
+  step = status["step"]
+  stderr = log.read_text()
+  assert stderr.strip().splitlines()[-1] == (
+      f"Interrupted (Ctrl-C): search {job} (1 of 3 trials done, trial 2 stopped at step"
+      f" {step}); run the same command again to resume (trial 2 runs again first, from step"
+      f" {step})")
+  assert "Traceback" not in stderr and stderr.count("Interrupted") == 1
+  trial_log = (job / "2" / "trial.log").read_text()
+  assert "Traceback" not in trial_log
+  assert trial_log.strip().splitlines()[-1].startswith("Interrupted (Ctrl-C): trial 2")
+  # Off a terminal: a progress line at each trial start and end and every second between.
+  progress = [l for l in stderr.splitlines() if l.startswith("progress: ")]
+  assert re.fullmatch(r"progress: 0/3 trials done; running 1 \(starting\); elapsed \ds",
+                      progress[0]), progress
+  assert len(progress) >= 5 and TRAINING_2.search(stderr)
   before = _events(job)
-  assert any(e["event"] == "completed" and e["trial_id"] == "1" for e in before)
-  assert not any(e["event"] in ("completed", "failed") and e["trial_id"] == "2" for e in before)
+  assert [(e["event"], e["trial_id"]) for e in before[-2:]] == [
+      ("started", "2"), ("interrupted", "2")]
+  assert before[-1]["signal"] == "SIGINT" and before[-1]["attempt"] == 1
+  listed = json.loads(nascli_subprocess("list_trials", job, "--json").stdout)
+  assert [r["status"] for r in sorted(listed, key=lambda r: r["trial_id"])] == [
+      "completed", "interrupted"]
   interrupted_dna = next(e["dna"] for e in before if e["event"] == "proposed"
                          and e["trial_id"] == "2")
+
   resumed = subprocess.run(args + ["--json"], capture_output=True, text=True, env=env,
                            timeout=900, check=False)
   assert resumed.returncode == 0, resumed.stderr[-2000:]
   assert "re-running interrupted trial(s) 2" in resumed.stderr
+  assert f"resuming from the checkpoint at step {step}" in (job / "2" / "trial.log").read_text()
   events = _events(job)
+  assert events[:len(before)] == before
   proposed = [e for e in events if e["event"] == "proposed"]
   assert [e["trial_id"] for e in proposed] == ["1", "2", "3"]  # no duplicate ids
   assert [e["trial_id"] for e in events if e["event"] == "completed"] == ["1", "2", "3"]
-  starts_of_2 = [e for e in events if e["event"] == "started" and e["trial_id"] == "2"]
-  assert [e["attempt"] for e in starts_of_2] == [1, 2]
+  assert [(e["event"], e["trial_id"], e["attempt"]) for e in events
+          if e["event"] == "started"] == [("started", "1", 1), ("started", "2", 1),
+                                          ("started", "2", 2), ("started", "3", 1)]
   assert proposed[1]["dna"] == interrupted_dna
   assert len({tuple(e["dna"]) for e in proposed}) == 3
+  assert json.loads((job / "2" / "job_status.json").read_text())["status"] == "completed"
+
+
+def test_sigterm_to_the_driver_alone_stops_its_trials_and_marks_them(cache, tmp_path):
+  """SIGTERM to the search process only (a scheduler's stop): it stops its starting trial,
+  which ends `interrupted` (never left `running`), journals it, and exits 143."""
+  job = tmp_path / "job"
+  args = [sys.executable, "-m", "nascli", "search_in_local", "--prebuilt_search_space",
+          "mnasnet", "--local_output_dir", str(job), "--seed", "3", "--max_nas_trial", "2",
+          "--params_override", SHORT]
+  env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", NASCLI_CACHE_DIR=cache)
+  driver = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env,
+                            text=True)
+  try:
+    _wait_for(lambda: (job / "journal.jsonl").exists() and any(
+        e["event"] == "started" for e in _events(job)), driver, "a trial start")
+    driver.send_signal(signal.SIGTERM)
+    _, stderr = driver.communicate(timeout=180)
+  finally:
+    if driver.poll() is None:
+      driver.kill()
+  assert driver.returncode == 143, stderr
+  assert stderr.strip().splitlines()[-1].startswith(
+      f"Interrupted (SIGTERM): search {job} (0 of 2 trials done, trial 1 stopped before its"
+      " first checkpoint); run the same command again to resume (trial 1 runs again first)")
+  assert json.loads((job / "1" / "job_status.json").read_text())["status"] == "interrupted"
+  assert [e["event"] for e in _events(job)][-2:] == ["started", "interrupted"]
+  assert "Traceback" not in (job / "1" / "trial.log").read_text()
 
 
 def test_nan_trials_are_recorded_and_the_failure_limit_stops_the_search(cache, tmp_path):
@@ -151,6 +224,15 @@ def test_spinenet_detection_search_smoke(cache, tmp_path):
     saved = (job / r["trial_id"] / "params.yaml").read_text()
     assert "tunable_spinenet" in saved and "block_specs_json" in saved
     assert (job / r["trial_id"] / "export" / "saved_model" / "saved_model.pb").exists()
+    # wall_s: the whole trial as the driver saw it, start-up, export and latency included;
+    # `seconds` is its training and evaluation only.
+    assert r["accuracy_metric"] == "AP"
+    assert analysis["timing"]["total_s"] <= r["wall_s"] <= analysis["timing"]["total_s"] + 30
+    assert r["seconds"] < analysis["timing"]["total_s"]
+  listed = nascli_subprocess("list_trials", job)
+  header = next(l for l in listed.stdout.splitlines() if "trial_id" in l)
+  assert [c.strip() for c in header.strip("┃ ").split("┃")] == [
+      "trial_id", "status", "reward", "AP", "latency_ms", "params", "flops", "wall_s"]
 
 
 @pytest.mark.parametrize("algorithm", ["random", "regularized_evolution"])

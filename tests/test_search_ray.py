@@ -127,6 +127,35 @@ def test_a_killed_ray_worker_has_its_trial_retried(cache, tmp_path, ray_dir):
   assert not _processes_with(spec)
 
 
+def test_sigterm_stops_the_ray_trials_which_record_it(cache, tmp_path, ray_dir):
+  """SIGTERM to the driver: its Ray task passes the stop on to the trial process, which records
+  `interrupted` itself at its checkpoint (a Ray worker blocks SIGINT; its trial must not
+  inherit that); one line, exit 143, the journal says `interrupted`."""
+  job = tmp_path / "job"
+  args = [sys.executable, "-m", "nascli", "search", *_ray_flags(ray_dir),
+          "--prebuilt_search_space", "mnasnet", "--local_output_dir", str(job), "--seed", "6",
+          "--max_nas_trial", "1", "--params_override", SHORT]
+  env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", NASCLI_CACHE_DIR=cache)
+  driver = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                            env=env)
+  metrics = job / "1" / "train_metrics.jsonl"
+  deadline = time.monotonic() + 300
+  while driver.poll() is None and time.monotonic() < deadline and not (
+      metrics.exists() and metrics.read_text().strip()):
+    time.sleep(0.2)
+  driver.send_signal(signal.SIGTERM)
+  _, err = driver.communicate(timeout=300)
+  assert driver.returncode == 143, err[-2000:]
+  status = json.loads((job / "1" / "job_status.json").read_text())
+  # Written by the trial (the task forwards SIGINT), not by the driver's fallback (SIGTERM).
+  assert (status["status"], status["signal"]) == ("interrupted", "SIGINT"), status
+  assert err.strip().splitlines()[-1].startswith(
+      f"Interrupted (SIGTERM): search {job} (0 of 1 trials done, trial 1 stopped at step")
+  assert "Traceback" not in (job / "1" / "trial.log").read_text()
+  assert [e["event"] for e in journal_events(job)][-2:] == ["started", "interrupted"]
+  assert not _processes_with(f"{job}/1/trial_spec.json")
+
+
 def test_search_without_ray_says_how_to_install_it(cli, monkeypatch, tmp_path):
   monkeypatch.setitem(sys.modules, "ray", None)  # what `import ray` does when it is absent
   code, stdout, stderr = cli("search", "--local_output_dir", tmp_path / "job")

@@ -41,11 +41,11 @@ def _analysis(trial_dir, **fields):
     json.dump(fields, f)
 
 
-def _make_job(job_dir, events=()):
+def _make_job(job_dir, events=(), space='mnasnet', metric='accuracy'):
   """Six trials: 1, 2, 4 completed (rewards 0.5, 0.8, 0.6), 3 NaN, 5 running, 6 pending."""
   j = Journal.in_dir(job_dir)
   with j.open_for_writing():
-    j.append({'event': 'search_started', 'settings': {'search_space': 'mnasnet'},
+    j.append({'event': 'search_started', 'settings': {'search_space': space},
               'fingerprint': 'f'})
     for trial_id in sorted(ARCHS, key=int):
       j.append({'event': 'proposed', 'trial_id': trial_id, 'dna': [int(trial_id)],
@@ -57,11 +57,12 @@ def _make_job(job_dir, events=()):
     j.append({'event': 'failed', 'trial_id': '3', 'status': 'failed_with_nan',
               'reason': 'loss is NaN at step 3'})
     j.append({'event': 'completed', 'trial_id': '2', 'reward': 0.8,
-              'metrics': {'accuracy': 0.85, 'latency_ms': 1.5, 'flops': 2_000_000}})
+              'metrics': {'accuracy': 0.85, 'latency_ms': 1.5, 'flops': 2_000_000,
+                          'wall_s': 240.0, 'accuracy_metric': metric}})
     j.append({'event': 'completed', 'trial_id': '4', 'reward': 0.6, 'metrics': {}})
     for event in events:
       j.append(event)
-  _analysis(job_dir / '1', trial_id='1', accuracy=0.99, accuracy_metric='accuracy',
+  _analysis(job_dir / '1', trial_id='1', accuracy=0.99, accuracy_metric=metric,
             latency_ms=9.0, reward=0.5, params=31000, flops=1_200_000, seconds=12.5)
   _analysis(job_dir / '2', trial_id='2', accuracy=0.85, latency_ms=1.5, reward=0.8,
             params=45000, flops=9_999_999, seconds=20.0)
@@ -88,21 +89,27 @@ def test_rows_merge_the_journal_with_model_analysis(job):
   assert all(list(r) == list(results.COLUMNS) for r in rows)
   by_id = {r['trial_id']: r for r in rows}
   # The journal's metrics win over model_analysis.json; the file fills in what they lack.
+  wall_1 = by_id['1'].pop('wall_s')
   assert by_id['1'] == {
       'trial_id': '1', 'status': 'completed', 'reward': 0.5, 'accuracy': 0.55,
-      'latency_ms': 2.0, 'flops': 1_200_000, 'params': 31000, 'seconds': 12.5,
-      'nas_params': ARCHS['1'], 'trial_dir': str(job_dir / '1')}
+      'accuracy_metric': 'accuracy', 'latency_ms': 2.0, 'flops': 1_200_000, 'params': 31000,
+      'seconds': 12.5, 'nas_params': ARCHS['1'], 'trial_dir': str(job_dir / '1')}
+  # wall_s: the driver's measurement when journaled, else the journal's start-to-end time.
+  assert 0 <= wall_1 < 60
   assert (by_id['2']['flops'], by_id['2']['params']) == (2_000_000, 45000)
+  assert (by_id['2']['seconds'], by_id['2']['wall_s']) == (20.0, 240.0)
   assert (by_id['4']['accuracy'], by_id['4']['latency_ms'], by_id['4']['seconds']) == (
       0.7, 3.25, 7.0)
   # A failed trial: no reward, no measurements, but how long it ran (journal times).
   failed = by_id['3']
   assert (failed['reward'], failed['accuracy'], failed['params']) == (None, None, None)
   assert failed['seconds'] is not None and 0 <= failed['seconds'] < 60
+  assert failed['wall_s'] == failed['seconds']
   # Trial 5 is running: its stray model_analysis.json is not its result.
   assert {k: by_id['5'][k] for k in results.MEASURED + ('reward',)} == dict.fromkeys(
       results.MEASURED + ('reward',))
   assert by_id['6']['seconds'] is None and by_id['6']['nas_params'] == ARCHS['6']
+  assert by_id['6']['wall_s'] is None and by_id['6']['accuracy_metric'] == 'accuracy'
 
 
 def test_rows_ignore_an_unreadable_or_foreign_model_analysis(job, caplog):
@@ -373,8 +380,70 @@ def test_list_trials_sorts_by_reward(job, capsys):
   assert _table_ids(out) == ['2', '4', '1', '3', '5', '6']
   line = next(l for l in out.splitlines() if l.strip('│ ').startswith('2 '))
   cells = [c.strip() for c in line.strip('│ ').split('│')]
-  assert cells == ['2', 'completed', '0.8000', '0.8500', '1.500', '45,000', '2M', '20.0']
+  assert cells == ['2', 'completed', '0.8000', '0.8500', '1.500', '45,000', '2M', '240.0']
+  header = next(l for l in out.splitlines() if 'trial_id' in l)
+  assert [c.strip() for c in header.strip('┃ ').split('┃')] == [
+      'trial_id', 'status', 'reward', 'accuracy', 'latency_ms', 'params', 'flops', 'wall_s']
   assert '3 completed, 1 failed_with_nan, 1 running, 1 pending' in out
+
+
+def _cells(line):
+  return [c.strip() for c in line.strip('│┃ ').split('│' if '│' in line else '┃')]
+
+
+def test_list_trials_names_the_metric_of_a_detection_search(tmp_path, capsys):
+  """A spinenet search's accuracy is COCO AP: the header says so, whether the journal recorded
+  the metric (newer searches) or only the search space tells (older journals)."""
+  job_dir = tmp_path / 'detection'
+  _make_job(job_dir, space='spinenet', metric='AP')
+  assert main(['list_trials', str(job_dir)]) == 0
+  out = capsys.readouterr().out
+  header = _cells(next(l for l in out.splitlines() if 'trial_id' in l))
+  assert header == ['trial_id', 'status', 'reward', 'AP', 'latency_ms', 'params', 'flops',
+                    'wall_s']
+  assert 'accuracy' not in out
+  assert main(['list_trials', str(job_dir), '--json']) == 0
+  rows = {r['trial_id']: r for r in json.loads(capsys.readouterr().out)}
+  # Trial 2's completed event recorded AP, trial 1's model_analysis.json did; trial 4 recorded
+  # neither (an older search): its search space's metric.
+  assert {r['accuracy_metric'] for r in rows.values()} == {'AP'}
+  # A job whose trials recorded two metrics says both.
+  other = tmp_path / 'mixed'
+  _make_job(other, space='spinenet', metric='accuracy')
+  assert main(['list_trials', str(other)]) == 0
+  assert 'accuracy/AP' in capsys.readouterr().out
+
+
+def test_piped_list_trials_table_is_whole(tmp_path):
+  """Piped (a script reads it), nothing is cut: the deep job dir, every column and cell."""
+  job_dir = tmp_path / ('deep_folder_' * 8) / ('nested_' * 10) / 'search_job_with_a_long_name'
+  _make_job(job_dir, space='spinenet', metric='AP')
+  proc = subprocess.run([sys.executable, '-m', 'nascli', 'list_trials', str(job_dir)],
+                        capture_output=True, text=True, check=False, cwd=REPO,
+                        env=dict(os.environ, COLUMNS='80'))
+  assert proc.returncode == 0, proc.stderr
+  lines = proc.stdout.splitlines()
+  assert '…' not in proc.stdout and len(str(job_dir)) > 200
+  assert lines[0] == f'{job_dir}: 3 completed, 1 failed_with_nan, 1 running, 1 pending'
+  header = _cells(next(l for l in lines if 'trial_id' in l))
+  assert header == ['trial_id', 'status', 'reward', 'AP', 'latency_ms', 'params', 'flops',
+                    'wall_s']
+  rows = [_cells(l) for l in lines if l.startswith('│')]
+  assert rows[0] == ['2', 'completed', '0.8000', '0.8500', '1.500', '45,000', '2M', '240.0']
+  assert [r[:2] for r in rows[3:]] == [['3', 'failed_with_nan'], ['5', 'running'],
+                                       ['6', 'pending']]
+
+
+def test_list_trials_shows_interrupted_trials(tmp_path, capsys):
+  job_dir = tmp_path / 'job'
+  _make_job(job_dir, events=[{'event': 'interrupted', 'trial_id': '5', 'attempt': 1,
+                              'signal': 'SIGINT'}])
+  assert main(['list_trials', str(job_dir), '--json', '--status', 'interrupted']) == 0
+  [row] = json.loads(capsys.readouterr().out)
+  assert (row['trial_id'], row['status']) == ('5', 'interrupted')
+  assert row['wall_s'] is not None and row['reward'] is None
+  assert main(['list_trials', str(job_dir)]) == 0
+  assert '3 completed, 1 failed_with_nan, 1 interrupted, 1 pending' in capsys.readouterr().out
 
 
 def test_list_trials_limits_filters_and_prints_json(job, capsys):

@@ -9,16 +9,18 @@ import json
 from typing import Annotated, Any, Optional, Sequence
 
 import typer
-from rich.console import Console
 from rich.table import Table
 
+from nascli import console
 from nascli.commands.options import flag
 from nascli.errors import NascliError
 
 STATUS_HELP = ("Only trials with this status: completed, failed, failed_with_nan, infeasible,"
-               " running, pending (repeatable or comma-separated).")
+               " interrupted, running, pending (repeatable or comma-separated).")
+# The table's columns (row keys): `accuracy` is headed by the metric it is (accuracy, AP),
+# `wall_s` is the trial's wall time (its last attempt, process start to end).
 COLUMNS = ("trial_id", "status", "reward", "accuracy", "latency_ms", "params", "flops",
-           "seconds")
+           "wall_s")
 
 
 def list_trials(
@@ -38,8 +40,8 @@ def list_trials(
   # pylint: disable=g-import-not-at-top
   from nascli.search import journal as journal_lib
   from nascli.search import results
-  wanted = _statuses(status or [], journal_lib.FINAL_STATUSES + (journal_lib.RUNNING,
-                                                               journal_lib.PENDING))
+  wanted = _statuses(status or [], journal_lib.FINAL_STATUSES + (
+      journal_lib.INTERRUPTED, journal_lib.RUNNING, journal_lib.PENDING))
   journal = journal_lib.journal_for(job_dir)
   if not journal.exists():
     raise NascliError(f"{job_dir} is not a nascli search job (no {journal.NAME})")
@@ -51,9 +53,7 @@ def list_trials(
   if as_json:
     print(json.dumps(rows, indent=2))
     return
-  out = Console()
-  if not out.is_terminal:
-    out.width = max(out.width, 140)  # Piped output: no squeezed or cut columns.
+  out = console.stdout()  # piped: whole rows, no cut paths or columns
   # The summary is a line of its own: as the table's title, Rich would wrap it to the table.
   out.print(_summary(job_dir, all_rows, len(rows)), soft_wrap=True, highlight=False,
             markup=False)
@@ -91,7 +91,7 @@ def _fmt(column: str, value: Any) -> str:
     return f"{value:,.0f}"
   if column == "flops":
     return _si(value)
-  if column == "seconds":
+  if column == "wall_s":
     return f"{value:.1f}"
   return str(value)
 
@@ -109,7 +109,14 @@ def trials_table(rows: Sequence[dict], title: Optional[str] = None) -> Table:
   table = Table(title=title, title_justify="left")
   for column in COLUMNS:
     numeric = column not in ("trial_id", "status")
-    table.add_column(column, justify="right" if numeric else "left", no_wrap=True)
+    header = metric_name(rows) if column == "accuracy" else column
+    table.add_column(header, justify="right" if numeric else "left", no_wrap=True)
   for row in rows:
     table.add_row(*(_fmt(c, row.get(c)) for c in COLUMNS))
   return table
+
+
+def metric_name(rows: Sequence[dict]) -> str:
+  """What the rows' `accuracy` is (`AP` for a detection search), from what the trials recorded."""
+  names = list(dict.fromkeys(r["accuracy_metric"] for r in rows if r.get("accuracy_metric")))
+  return "/".join(names) or "accuracy"

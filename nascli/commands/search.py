@@ -83,15 +83,22 @@ def search(
   """Search architectures with trials as Ray tasks: same journal, trials and outputs as
   search_in_local; the job dir must be on storage every node reaches."""
   del use_prebuilt_trainer
-  # pylint: disable=g-import-not-at-top
-  from nascli.search import local_main
-  from nascli.search.ray_executor import RayExecutor
-  args = f.from_flags(locals(), max_trial_retries=max_trial_retries)
+  values = locals()
+  f.check(values)  # before Ray, pyglove and TensorFlow are imported
   if max_trial_retries < 0:
-    raise NascliError("--max_trial_retries must not be negative")
-  executor = RayExecutor(ray_address, num_cpus_per_trial, num_gpus_per_trial,
-                         _runtime_env(runtime_env, container_image), ray_num_cpus, ray_temp_dir)
-  # Ray's driver prints worker and raylet messages with print(): they are logs, not results.
-  with contextlib.redirect_stdout(sys.stderr):
-    rows = local_main.run(args, search_docker_flags, executor)
+    raise NascliError(f"--max_trial_retries must not be negative, got {max_trial_retries}")
+  for name in ("num_cpus_per_trial", "num_gpus_per_trial"):
+    if not values[name] >= 0:
+      raise NascliError(f"--{name} must not be negative, got {values[name]}")
+  env = _runtime_env(runtime_env, container_image)
+  with f.interrupt_described(values):
+    # pylint: disable=g-import-not-at-top
+    from nascli.search import local_main
+    from nascli.search.ray_executor import RayExecutor
+    args = f.from_flags(values, max_trial_retries=max_trial_retries)
+    executor = RayExecutor(ray_address, num_cpus_per_trial, num_gpus_per_trial, env,
+                           ray_num_cpus, ray_temp_dir)
+    # Ray's driver prints worker and raylet messages with print(): they are logs, not results.
+    with contextlib.redirect_stdout(sys.stderr):
+      rows = local_main.run(args, search_docker_flags, executor)
   f.print_rows(rows, as_json)

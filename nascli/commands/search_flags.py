@@ -1,15 +1,40 @@
 """The flags `search_in_local` and `search` share (Vertex's spellings), and what they build.
 
 Both commands run the same search (nascli/search/search_loop.py); only where trials run differs.
+`check` refuses what is wrong with these flags before the commands import TensorFlow, Model
+Garden or pyglove (15-40 s): a bad value costs well under 2 s.
 """
 
+import contextlib
+import difflib
+import glob
 import inspect
 import json
-from typing import Annotated, Optional
+import math
+import os
+import re
+from typing import Annotated, Any, Callable, Iterator, Optional
 
 import typer
 
+from nascli import interrupts
+from nascli import storage
 from nascli.commands.options import flag
+from nascli.errors import NascliError
+from nascli.search import local_main
+from nascli.search import reward as reward_lib
+from nascli.search import trial as trial_lib
+
+# What the registries hold (tf_vision.search_spaces, nascli.search.controller), spelled out so a
+# name is checked without importing them (they import pyglove); tests/test_search_flags.py
+# asserts that these agree with the registries.
+PREBUILT_SEARCH_SPACES = ("mnasnet", "spinenet")
+SEARCH_ALGORITHMS: dict[str, tuple[str, ...]] = {  # name: the options it takes
+    "random": (),
+    "regularized_evolution": ("population_size", "tournament_size"),
+}
+ALGORITHM_DEFAULTS = {"population_size": 20, "tournament_size": 5}  # controller.DEFAULT_*
+_DOTTED_PATH = re.compile(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)+")
 
 Space = Annotated[str, typer.Option(
     *flag("prebuilt_search_space"), help="mnasnet (classification) or spinenet (detection).")]
@@ -98,3 +123,169 @@ def print_rows(rows: list[dict], as_json: bool) -> None:
   for row in rows:
     reward = "-" if row.get("reward") is None else f"{row['reward']:.4f}"
     print(f"trial {row['trial_id']}: {row['status']}, reward {reward}")
+
+
+# --------------------------------------------------------------------------- fast refusals
+
+_CHECKS: list[Callable[[dict[str, Any]], None]] = []
+
+
+def _check(fn: Callable[[dict[str, Any]], None]) -> Callable[[dict[str, Any]], None]:
+  """Registers a check of the shared flags; they run in registration order."""
+  _CHECKS.append(fn)
+  return fn
+
+
+def check(values: dict[str, Any]) -> None:
+  """Refuses a bad shared flag (a command's `locals()`) in one line naming it, before any
+  TensorFlow, Model Garden or pyglove import: counts, reward settings, names (with a
+  did-you-mean), --search_docker_flags, config files, overrides and the data folder."""
+  for fn in _CHECKS:
+    fn(values)
+
+
+def _unknown(flag_name: str, value: str, known: Any) -> NascliError:
+  close = difflib.get_close_matches(value, list(known), n=1)
+  hint = f" (did you mean {close[0]!r}?)" if close else ""
+  return NascliError(f"unknown --{flag_name} {value!r}{hint}; known: {', '.join(known)}")
+
+
+def _at_least(values: dict[str, Any], name: str, low: int) -> None:
+  if values.get(name) is not None and values[name] < low:
+    raise NascliError(f"--{name} must be at least {low}, got {values[name]}")
+
+
+@_check
+def _counts(values: dict[str, Any]) -> None:
+  _at_least(values, "max_nas_trial", 1)
+  _at_least(values, "max_parallel_nas_trial", 1)
+  _at_least(values, "max_failed_nas_trial", 0)
+
+
+@_check
+def _reward(values: dict[str, Any]) -> None:
+  constraint = values["latency_constraint"]
+  if constraint not in reward_lib.known_constraints():
+    raise _unknown("latency_constraint", constraint, reward_lib.known_constraints())
+  target, weight = values["target_device_latency_ms"], values["latency_weight"]
+  if target is not None and not (math.isfinite(target) and target > 0):
+    raise NascliError(f"--target_device_latency_ms must be a positive number of milliseconds,"
+                      f" got {target}")
+  if not (math.isfinite(weight) and weight >= 0):
+    raise NascliError(f"--latency_weight must be a number >= 0, got {weight}")
+  reward_lib.check(constraint, target, weight)
+
+
+@_check
+def _space(values: dict[str, Any]) -> None:
+  space = values["prebuilt_search_space"]
+  if space not in PREBUILT_SEARCH_SPACES:
+    raise _unknown("prebuilt_search_space", space, PREBUILT_SEARCH_SPACES)
+  module = values["search_space_module"]
+  if module is not None and not _DOTTED_PATH.fullmatch(module):
+    raise NascliError(f"--search_space_module {module!r}: expected a dotted path"
+                      " 'package.module.function'")
+
+
+@_check
+def _algorithm(values: dict[str, Any]) -> None:
+  name = values["search_algorithm"]
+  if name not in SEARCH_ALGORITHMS:
+    raise _unknown("search_algorithm", name, SEARCH_ALGORITHMS)
+  given = {k: values[k] for k in ALGORITHM_DEFAULTS if values.get(k) is not None}
+  for key in given:
+    if key not in SEARCH_ALGORITHMS[name]:
+      takers = [a for a, options in SEARCH_ALGORITHMS.items() if key in options]
+      raise NascliError(f"--{key} is an option of --search_algorithm {' or '.join(takers)},"
+                        f" not {name}")
+  if not given:
+    return
+  _at_least(values, "tournament_size", 2)
+  sizes = {**ALGORITHM_DEFAULTS, **given}
+  if sizes["population_size"] < sizes["tournament_size"]:
+    raise NascliError(f"--population_size ({sizes['population_size']}) must be at least"
+                      f" --tournament_size ({sizes['tournament_size']})")
+
+
+def _yaml_check(source: str | None, what: str) -> None:
+  # YAML is imported on use: every command's start-up pays for what this module imports.
+  from tf_vision.configs import yaml_source  # pylint: disable=g-import-not-at-top
+  yaml_source.check(source, what)
+
+
+def _config_file(path: str, what: str = "--config_file") -> None:
+  if not storage.is_gcs(path) and not os.path.isfile(path):
+    raise NascliError(f"{what} {path}: no such file")
+  _yaml_check(path, what)
+
+
+def _dataset_dir(path: str, what: str = "--dataset_dir") -> None:
+  if not storage.is_gcs(path) and not os.path.isdir(path):
+    raise NascliError(f"{what} {path}: no such folder")
+
+
+def _data_path(patterns: str, what: str) -> None:
+  """TFRecord file patterns, comma-separated as Model Garden's input_path takes them."""
+  for pattern in (p.strip() for p in patterns.split(",")):
+    if pattern and not storage.is_gcs(pattern) and not glob.glob(pattern):
+      raise NascliError(f"{what} {pattern}: no file matches")
+
+
+@_check
+def _sources(values: dict[str, Any]) -> None:
+  for path in values["config_file"] or []:
+    _config_file(path)
+  _yaml_check(values["params_override"], "--params_override")
+  if values["dataset_dir"]:
+    _dataset_dir(values["dataset_dir"])
+  for name in ("training_data_path", "validation_data_path"):
+    if values[name]:
+      _data_path(values[name], f"--{name}")
+  out = values["local_output_dir"]
+  if out and not storage.is_gcs(out) and os.path.exists(out) and not os.path.isdir(out):
+    raise NascliError(f"--local_output_dir {out} is a file; the search needs a folder there")
+
+
+def _docker_model(value: str, values: dict[str, Any], what: str) -> None:
+  del what
+  space = values["prebuilt_search_space"]
+  expected = trial_lib.binding_for(space).model
+  if value != expected and not values["search_space_module"]:
+    raise NascliError(f"model={value} does not fit search space {space} (it builds a"
+                      f" {expected} model)")
+
+
+# How each --search_docker_flags KEY=VALUE is checked: as the flag of the same name.
+_DOCKER_CHECKS: dict[str, Callable[[str, dict[str, Any], str], None]] = {
+    "config_file": lambda value, values, what: _config_file(value, what),
+    "params_override": lambda value, values, what: _yaml_check(value, what),
+    "dataset_dir": lambda value, values, what: _dataset_dir(value, what),
+    "training_data_path": lambda value, values, what: _data_path(value, what),
+    "validation_data_path": lambda value, values, what: _data_path(value, what),
+    "model": _docker_model,
+}
+
+
+@_check
+def _docker_flags(values: dict[str, Any]) -> None:
+  """Vertex's trainer flags: the syntax, the keys, and each value as its own flag's check."""
+  for key, value in local_main.parse_docker_flags(values["search_docker_flags"] or []):
+    if key in _DOCKER_CHECKS:
+      _DOCKER_CHECKS[key](value, values, f"--search_docker_flags {key}")
+
+
+@contextlib.contextmanager
+def interrupt_described(values: dict[str, Any]) -> Iterator[None]:
+  """An interrupt before the search loop (which says more itself) names the search and how
+  to continue."""
+  try:
+    yield
+  except KeyboardInterrupt as e:
+    if getattr(e, "what", None):
+      raise
+    job_dir = (values["local_output_dir"]
+               or local_main.default_job_dir(values["prebuilt_search_space"]))
+    again = "run the same command again" + (" without --overwrite" if values["overwrite"]
+                                            else "")
+    raise interrupts.Interrupted.of(e, f"search {job_dir} before a trial started",
+                                    f"{again} to continue") from None

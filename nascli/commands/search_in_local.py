@@ -31,9 +31,13 @@ def search_in_local(
   """Search architectures on this machine: trials in parallel (one GPU each when there are
   GPUs), journaled, resumable."""
   del use_prebuilt_trainer
-  args = f.from_flags(locals())
-  # pylint: disable=g-import-not-at-top
-  from nascli import frameworks
-  frameworks.load()  # the controller decodes architectures with Model Garden's search spaces
-  from nascli.search import local_main
-  f.print_rows(local_main.run(args, search_docker_flags), as_json)
+  values = locals()
+  f.check(values)  # before the 15-40 s of imports below
+  with f.interrupt_described(values):
+    args = f.from_flags(values)
+    # pylint: disable=g-import-not-at-top
+    from nascli import frameworks
+    frameworks.load()  # the controller decodes architectures with Model Garden's search spaces
+    from nascli.search import local_main
+    rows = local_main.run(args, search_docker_flags)
+  f.print_rows(rows, as_json)

@@ -3,6 +3,11 @@
 The search loop only starts attempts and polls them; an executor says how an attempt ended:
 the trial process's exit code (the trial dir holds the details), an error that kept it from
 running, or `lost` when the machine under it went away (the loop retries those).
+
+Trial processes run in a process group of their own, so a Ctrl-C at the terminal reaches the
+driver only and the driver passes one signal on to each trial (`interrupt`): the same path for
+SIGINT at a terminal and for SIGTERM sent to the driver alone, and no trial sees a second signal
+(which would stop it before it records that it was interrupted).
 """
 
 import abc
@@ -11,9 +16,12 @@ import functools
 import os
 import subprocess
 import sys
+import time
 from typing import Any
 
 TRIAL_LOG = "trial.log"
+# How long an interrupted trial gets to record it (job_status.json, a checkpoint) and exit.
+INTERRUPT_GRACE_S = 60.0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -26,10 +34,13 @@ class Outcome:
 
 def die_with_parent() -> None:
   """Runs in the trial process before exec: a killed parent (the search driver, or the Ray
-  worker) takes its trial with it (Linux), so no orphaned attempt races a retry of the trial."""
+  worker) takes its trial with it (Linux), so no orphaned attempt races a retry of the trial.
+  It also unblocks SIGINT and SIGTERM, which a Ray worker blocks and a child would inherit
+  blocked: the trial must see the signal that tells it to stop and record it."""
+  import signal  # pylint: disable=g-import-not-at-top
+  signal.pthread_sigmask(signal.SIG_UNBLOCK, (signal.SIGINT, signal.SIGTERM))
   try:
     import ctypes  # pylint: disable=g-import-not-at-top
-    import signal  # pylint: disable=g-import-not-at-top
     ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
   except (OSError, AttributeError):
     pass
@@ -43,8 +54,23 @@ def start_trial_process(spec_path: str, trial_dir: str, env: dict[str, str] | No
                         cwd: str | None = None) -> subprocess.Popen:
   with open(os.path.join(trial_dir, TRIAL_LOG), "ab") as log:
     return subprocess.Popen(  # pylint: disable=consider-using-with
-        trial_command(spec_path), stdout=log, stderr=log, env=env, cwd=cwd,
-        preexec_fn=die_with_parent)
+        trial_command(spec_path), stdin=subprocess.DEVNULL, stdout=log, stderr=log, env=env,
+        cwd=cwd, preexec_fn=die_with_parent, process_group=0)
+
+
+def stop_processes(processes: list[subprocess.Popen], signum: int,
+                   grace_s: float = INTERRUPT_GRACE_S) -> None:
+  """Sends `signum` to each running process, waits up to `grace_s` for all, kills the rest."""
+  for process in processes:
+    if process.poll() is None:
+      process.send_signal(signum)
+  deadline = time.monotonic() + grace_s
+  for process in processes:
+    try:
+      process.wait(timeout=max(0.0, deadline - time.monotonic()))
+    except subprocess.TimeoutExpired:
+      process.kill()
+      process.wait()
 
 
 def local_gpus() -> list[str]:
@@ -77,6 +103,11 @@ class Executor(abc.ABC):
   def poll(self, handle: Any) -> Outcome | None:
     """None while the attempt runs, else how it ended."""
 
+  def interrupt(self, handles: list[Any], signum: int) -> None:
+    """The search was interrupted: passes `signum` on to the running attempts and returns once
+    they have ended (each records `interrupted` in its trial dir as it stops)."""
+    del handles, signum
+
   def close(self) -> None:
     pass
 
@@ -106,3 +137,6 @@ class LocalExecutor(Executor):
   def poll(self, handle: subprocess.Popen) -> Outcome | None:
     code = handle.poll()
     return None if code is None else Outcome(returncode=code)
+
+  def interrupt(self, handles: list[subprocess.Popen], signum: int) -> None:
+    stop_processes(handles, signum)

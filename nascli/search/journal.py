@@ -13,6 +13,9 @@ Events (each also carries "seq", 1, 2, 3, ..., and "time", ISO 8601 UTC):
   failed         {trial_id, status: failed | failed_with_nan | infeasible, reason}
   lost           {trial_id, attempt, reason}: the machine running an attempt went away (a Ray
                  worker or node died); the trial is pending again, to be retried
+  interrupted    {trial_id, attempt, signal}: the search was stopped (Ctrl-C, SIGTERM) while
+                 the attempt ran; the trial runs again, from its checkpoint, on resume. Readers
+                 older than this event see the trial as running, which they re-run too.
 Events of other kinds are kept in the log and ignored by `replay`, so newer writers can add
 informational events without breaking older readers.
 
@@ -50,12 +53,14 @@ DERIVED_OUTPUTS = ('trials.json', 'trials.csv', 'search_progress.png', 'hparams'
 
 PENDING = 'pending'
 RUNNING = 'running'
+INTERRUPTED = 'interrupted'
 COMPLETED = 'completed'
 FAILED = 'failed'
 FAILED_WITH_NAN = 'failed_with_nan'
 INFEASIBLE = 'infeasible'
 FAILED_STATUSES = (FAILED, FAILED_WITH_NAN, INFEASIBLE)
 FINAL_STATUSES = (COMPLETED,) + FAILED_STATUSES
+UNFINISHED_STATUSES = (PENDING, RUNNING, INTERRUPTED)
 
 _RESERVED_KEYS = ('seq', 'time')
 
@@ -597,8 +602,9 @@ def check_settings(job_dir: str | os.PathLike[str], settings: Mapping[str, Any],
   With `overwrite`, any old search is DELETED and a new one starts, even one with the same
   settings (KerasTuner's `overwrite=True`): journal.jsonl, every integer-named trial folder
   ("1/", "2/", ...), trials.json, trials.csv, search_progress.png and hparams/. Other files in
-  `job_dir` are left alone. A gs:// job dir works the same, on objects (see GcsJournal). nascli never deletes anything without --overwrite: a job dir that
-  holds search outputs but no journal is refused too.
+  `job_dir` are left alone. A gs:// job dir works the same, on objects (see GcsJournal).
+  nascli never deletes anything without --overwrite: a job dir that holds search outputs but
+  no journal is refused too.
 
   Args:
     job_dir: The search's --local_output_dir.
@@ -694,8 +700,9 @@ class JobState:
     return [t for t in self.proposals if not statuses or self.status[t] in statuses]
 
   def unfinished(self) -> list[str]:
-    """Pending and running trials: what a resumed search runs (again) first, same DNA."""
-    return self.trial_ids(PENDING, RUNNING)
+    """Pending, running and interrupted trials: what a resumed search runs (again) first,
+    same DNA."""
+    return self.trial_ids(*UNFINISHED_STATUSES)
 
   def dnas(self) -> set[tuple[int | float, ...]]:
     """Every proposed architecture: a resumed search must not propose these again."""
@@ -713,8 +720,9 @@ class JobState:
 def replay(events: Iterable[Mapping[str, Any]]) -> JobState:
   """Reduces journal events to the job's state, enforcing legal trial transitions.
 
-  pending -> running (started) -> completed | failed* | pending (lost); a failed or
-  interrupted (running) trial may start again (a retry); a completed trial is final.
+  pending -> running (started) -> completed | failed* | pending (lost) | interrupted; a
+  failed, interrupted or still running (the driver was killed) trial may start again (a
+  retry); a completed trial is final.
 
   Raises:
     InputError: an event breaks the rules (names its seq).
@@ -734,7 +742,7 @@ def replay(events: Iterable[Mapping[str, Any]]) -> JobState:
       state.settings = dict(event.get('settings') or {})
       state.fingerprint = event.get('fingerprint')
       continue
-    if kind not in ('proposed', 'started', 'completed', 'failed', 'lost'):
+    if kind not in ('proposed', 'started', 'completed', 'failed', 'lost', 'interrupted'):
       continue  # Informational events from newer writers.
     if state.settings is None:
       raise bad('comes before search_started')
@@ -762,6 +770,12 @@ def replay(events: Iterable[Mapping[str, Any]]) -> JobState:
       state.status[trial] = PENDING
       state.losses[trial] = state.losses.get(trial, 0) + 1
       state.reasons[trial] = str(event.get('reason', ''))
+      continue
+    if kind == 'interrupted':
+      if current != RUNNING:
+        raise bad(f'interrupts trial {trial}, which is not running')
+      state.status[trial] = INTERRUPTED
+      state.finished_time[trial] = event.get('time')  # the attempt's end, not the trial's
       continue
     if kind == 'started':
       state.status[trial] = RUNNING

@@ -58,14 +58,23 @@ def embedded_dataset(space: str) -> str:
   return str(out)
 
 
-def apply_docker_flags(args: "SearchArgs", docker_flags: list[str]) -> str | None:
-  """Sets the SearchArgs fields Vertex's KEY=VALUE trainer flags name; returns model=..., if any."""
-  model = None
+def parse_docker_flags(docker_flags: list[str]) -> list[tuple[str, str]]:
+  """Vertex's KEY=VALUE trainer flags as (key, value) pairs; a malformed one or an unknown key
+  is refused in one line."""
+  pairs = []
   for item in docker_flags:
     key, sep, value = item.partition("=")
     if not sep or key not in DOCKER_FLAGS:
       raise NascliError(f"--search_docker_flags {item!r}: expected KEY=VALUE with KEY one of"
                         f" {', '.join(sorted(DOCKER_FLAGS))}")
+    pairs.append((key, value))
+  return pairs
+
+
+def apply_docker_flags(args: "SearchArgs", docker_flags: list[str]) -> str | None:
+  """Sets the SearchArgs fields Vertex's KEY=VALUE trainer flags name; returns model=..., if any."""
+  model = None
+  for key, value in parse_docker_flags(docker_flags):
     if key == "model":
       model = value
     elif key == "config_file":

@@ -6,15 +6,21 @@ code. A local job dir must be on storage every node reaches: the trial writes it
 directory there, the driver reads it. With a gs:// job dir nothing needs sharing but the
 bucket: the task carries the trial spec and the config files' text, runs the trial in a
 temporary folder of its node (in the trainer image, with --container_image) and uploads the
-trial folder to the bucket, its marker last, before it returns. Ray's own task retries are off: when a worker or node dies, the
-attempt comes back `lost`, and the search loop journals it and decides on the retry, so every
-retry is on record and a resumed driver knows about it.
+trial folder to the bucket, its marker last, before it returns. Ray's own task retries are
+off: when a worker or node dies, the attempt comes back `lost`, and the search loop journals
+it and decides on the retry, so every retry is on record and a resumed driver knows about it.
+
+An interrupted search cancels its tasks (Ray raises KeyboardInterrupt in each), and each task
+passes the signal on to its trial process and waits for it to record `interrupted`.
 """
 
 import dataclasses
 import json
 import os
+import signal
+import subprocess
 import tempfile
+import time
 from typing import Any
 
 from nascli.errors import NascliError
@@ -38,7 +44,19 @@ def run_trial_attempt(spec_path: str, trial_dir: str, cwd: str,
     return _run_shipped(shipped, cwd)
   process = executors.start_trial_process(spec_path, trial_dir,
                                           cwd=cwd if os.path.isdir(cwd) else None)
-  return process.wait()
+  return _wait(process)
+
+
+def _wait(process: subprocess.Popen) -> int:
+  """The trial process's exit code; a cancelled task (KeyboardInterrupt, which Ray raises
+  between bytecodes, hence the polling) passes SIGINT on to the trial and waits for it."""
+  try:
+    while process.poll() is None:
+      time.sleep(0.2)
+  except KeyboardInterrupt:
+    executors.stop_processes([process], signal.SIGINT)
+    raise
+  return process.returncode
 
 
 def _run_shipped(shipped: dict[str, Any], cwd: str) -> int:
@@ -57,8 +75,8 @@ def _run_shipped(shipped: dict[str, Any], cwd: str) -> int:
     os.makedirs(trial_dir)
     spec_path = os.path.join(trial_dir, "trial_spec.json")
     storage.write_text(spec_path, json.dumps(spec, indent=2))
-    code = executors.start_trial_process(spec_path, trial_dir,
-                                         cwd=cwd if os.path.isdir(cwd) else None).wait()
+    code = _wait(executors.start_trial_process(spec_path, trial_dir,
+                                               cwd=cwd if os.path.isdir(cwd) else None))
     workspace.upload_trial(trial_dir, shipped["publish_to"])
   return code
 
@@ -72,10 +90,20 @@ def ship(spec_path: str, publish_to: str) -> dict[str, Any]:
   return {"spec": spec, "configs": configs, "publish_to": publish_to}
 
 
+def _stopped(trial_dir: str) -> bool:
+  """The trial has ended: interrupted, failed, or completed with its analysis."""
+  from nascli.search import trial  # pylint: disable=g-import-not-at-top
+  from tf_vision import job_status  # pylint: disable=g-import-not-at-top
+  status = (job_status.read(trial_dir) or {}).get("status")
+  return trial.completed(trial_dir) or status not in (None, job_status.RUNNING,
+                                                      job_status.COMPLETED)
+
+
 @dataclasses.dataclass(frozen=True)
 class _Attempt:
   ref: Any  # the Ray task's ObjectRef
   published: bool  # the task uploads the trial folder itself
+  trial_dir: str | None = None  # where the driver sees the trial's files (None: shipped)
 
 
 class RayExecutor(executors.Executor):
@@ -98,6 +126,9 @@ class RayExecutor(executors.Executor):
         init["_temp_dir"] = os.path.abspath(local_temp_dir)
     else:
       init["address"] = address
+    # ray.init makes SIGTERM a plain sys.exit: nascli's handler (an Interrupted that stops the
+    # trials and says how to resume, nascli.interrupts) is put back.
+    sigterm = signal.getsignal(signal.SIGTERM)
     try:
       ray.init(**init)
     except (ConnectionError, RuntimeError, ValueError) as e:
@@ -105,6 +136,9 @@ class RayExecutor(executors.Executor):
               " instance)" if address == "auto" else "")
       raise NascliError(f"--ray_address {address}: cannot connect to Ray: "
                         f"{' '.join(str(e).split())[:300]}{hint}") from e
+    finally:
+      if sigterm is not None and signal.getsignal(signal.SIGTERM) is not sigterm:
+        signal.signal(signal.SIGTERM, sigterm)
     resources = ray.cluster_resources()
     if resources.get("CPU", 0) < num_cpus_per_trial or (
         resources.get("GPU", 0) < num_gpus_per_trial):
@@ -124,8 +158,9 @@ class RayExecutor(executors.Executor):
             publish_to: str | None = None) -> _Attempt:
     del slot
     shipped = ship(spec_path, publish_to) if publish_to else None
-    return _Attempt(self._task.remote(os.path.abspath(spec_path), os.path.abspath(trial_dir),
-                                      os.getcwd(), shipped), shipped is not None)
+    ref = self._task.remote(os.path.abspath(spec_path), os.path.abspath(trial_dir), os.getcwd(),
+                            shipped)
+    return _Attempt(ref, shipped is not None, None if shipped else os.path.abspath(trial_dir))
 
   def poll(self, handle: _Attempt) -> executors.Outcome | None:
     ray = self._ray
@@ -140,6 +175,22 @@ class RayExecutor(executors.Executor):
       return executors.Outcome(error=" ".join(f"{type(cause).__name__}: {cause}".split())[:500])
     except ray.exceptions.RayError as e:  # worker crashed, node died, object lost
       return executors.Outcome(lost=" ".join(f"{type(e).__name__}: {e}".split())[:500])
+
+  def interrupt(self, handles: list[_Attempt], signum: int) -> None:
+    """Cancels the tasks (each passes SIGINT on to its trial, see `_wait`) and waits until
+    each trial has recorded how it stopped: a cancelled task's result is ready at once, and
+    the driver's exit would take the trials down with their workers."""
+    del signum  # a task gets KeyboardInterrupt, and passes SIGINT on
+    for handle in handles:
+      self._ray.cancel(handle.ref, force=False)
+    deadline = time.monotonic() + executors.INTERRUPT_GRACE_S
+    waiting = [h.trial_dir for h in handles if h.trial_dir]
+    while waiting and time.monotonic() < deadline:
+      waiting = [d for d in waiting if not _stopped(d)]
+      time.sleep(0.5)
+    refs = [h.ref for h in handles]
+    if refs:
+      self._ray.wait(refs, num_returns=len(refs), timeout=max(0.0, deadline - time.monotonic()))
 
   def close(self) -> None:
     if self._ray.is_initialized():

@@ -31,6 +31,7 @@ from typing import Any, Iterable, Mapping, Sequence
 
 from nascli import storage
 from nascli.errors import InputError
+from nascli.errors import NascliError
 from nascli.errors import StorageError
 from nascli.errors import StorageExistsError
 from nascli.errors import StorageNotFoundError
@@ -40,9 +41,12 @@ from nascli.search.journal import JobState
 
 logger = logging.getLogger(__name__)
 
-# Columns of trials.json items and trials.csv, in this order.
-COLUMNS = ('trial_id', 'status', 'reward', 'accuracy', 'latency_ms', 'flops', 'params',
-           'seconds', 'nas_params', 'trial_dir')
+# Columns of trials.json items and trials.csv, in this order. `accuracy` is the metric that
+# `accuracy_metric` names (top-1 `accuracy` for classification, COCO `AP` for detection);
+# `seconds` is the trial's training and final evaluation, `wall_s` its last attempt's wall time
+# from process start to end (export, latency and start-up included).
+COLUMNS = ('trial_id', 'status', 'reward', 'accuracy', 'accuracy_metric', 'latency_ms', 'flops',
+           'params', 'seconds', 'wall_s', 'nas_params', 'trial_dir')
 # Columns a trial measures; the journal's `completed` metrics win over model_analysis.json.
 MEASURED = ('accuracy', 'latency_ms', 'flops', 'params', 'seconds')
 TABLE_JSON = 'trials.json'
@@ -67,11 +71,14 @@ def trial_rows(job_dir: str | os.PathLike[str], state: JobState) -> list[dict[st
   `completed` metrics, then from its model_analysis.json. A trial that is not completed gets
   no reward and none of a model_analysis.json left by an attempt the journal never recorded
   (it runs again on resume). `seconds` is the trial's own measurement, else the journal's
-  start-to-finish time of its last attempt (so failed trials show how long they ran).
+  start-to-finish time of its last attempt (so failed trials show how long they ran). `wall_s`
+  is the driver's measurement of the last attempt, else the journal's start-to-finish time.
   model_analysis.json is read only when the journal lacks a measurement (one object per trial
-  less to fetch from gs://).
+  less to fetch from gs://). `accuracy_metric` is what the trial recorded, else its search
+  space's metric.
   """
   job_dir = _job_dir(job_dir)
+  space_metric = _space_metric((state.settings or {}).get('search_space'))
   rows = []
   for trial_id, proposal in state.proposals.items():
     status = state.status[trial_id]
@@ -91,13 +98,27 @@ def trial_rows(job_dir: str | os.PathLike[str], state: JobState) -> list[dict[st
           analysis = _read_analysis(trial_dir, trial_id)
         value = _number(analysis.get(key))
       row[key] = value
+    elapsed = _elapsed(state.started_time.get(trial_id), state.finished_time.get(trial_id))
     if row['seconds'] is None:
-      row['seconds'] = _elapsed(state.started_time.get(trial_id),
-                                state.finished_time.get(trial_id))
+      row['seconds'] = elapsed
+    row['wall_s'] = _number(journaled.get('wall_s'))
+    if row['wall_s'] is None:
+      row['wall_s'] = elapsed
+    metric = journaled.get('accuracy_metric') or (analysis or {}).get('accuracy_metric')
+    row['accuracy_metric'] = metric if isinstance(metric, str) else space_metric
     row['nas_params'] = dict(proposal.nas_params)
     row['trial_dir'] = trial_dir
     rows.append({key: row[key] for key in COLUMNS})
   return rows
+
+
+def _space_metric(space: Any) -> str | None:
+  """The metric a prebuilt search space's trials report as their accuracy."""
+  from nascli.search import trial  # pylint: disable=g-import-not-at-top
+  try:
+    return trial.binding_for(space).metric if isinstance(space, str) else None
+  except NascliError:
+    return None
 
 
 def sort_by_reward(rows: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:

@@ -6,6 +6,14 @@ any to end, records the outcome and feeds the reward back. Resume = replay the j
 completed trials stay, interrupted ones run again with their architecture, the controller is
 rebuilt. An attempt lost with its machine is journaled and retried, up to `max_trial_retries`.
 
+Ctrl-C or SIGTERM (nascli.interrupts) stops the search at once but cleanly: the driver passes the
+signal on to the running trials, waits for them to record `interrupted` (it marks any that
+could not), journals an `interrupted` event per trial and exits 130 / 143 with one line saying
+how to continue; the same command resumes, the interrupted trials first, from their checkpoints.
+
+Off a terminal (a log file, CI) there is no live table: a progress line goes to stderr at each
+trial start and end and every PROGRESS_SECONDS (env NASCLI_PROGRESS_SECONDS) in between.
+
 The job dir may be a gs:// URL: the journal is then one object per event, the trials run in a
 local staging folder and each trial folder is uploaded before its outcome is journaled (see
 workspace.py); derived outputs are written to the bucket, one complete object each.
@@ -13,7 +21,9 @@ workspace.py); derived outputs are written to the bucket, one complete object ea
 
 import dataclasses
 import json
+import math
 import os
+import signal
 import time
 from typing import Any
 
@@ -21,12 +31,14 @@ from rich.console import Console
 from rich.live import Live
 from rich.table import Table
 
+from nascli import interrupts
 from nascli import storage
 from nascli.errors import NascliError
 from nascli.search import controller as controller_lib
 from nascli.search import executors
 from nascli.search import journal as journal_lib
 from nascli.search import reward as reward_lib
+from nascli.search import trial as trial_lib
 from nascli.search import workspace as workspace_lib
 from nascli.search.trial import TrialSpec
 
@@ -34,6 +46,9 @@ stderr = Console(stderr=True)
 # Settings that may change when a search is resumed (they do not change what a trial is).
 MUTABLE = ("max_nas_trial", "max_parallel_nas_trial", "max_failed_nas_trial",
            "max_trial_retries")
+# Off a terminal, the pace of the progress line on stderr (seconds); the env var overrides it.
+PROGRESS_SECONDS = 30.0
+PROGRESS_ENV = "NASCLI_PROGRESS_SECONDS"
 
 
 @dataclasses.dataclass
@@ -71,7 +86,8 @@ class _Running:
   trial_id: str
   handle: Any
   slot: Any
-  started: float
+  started: float  # time.monotonic() when the attempt's process was started
+  journaled: bool = False  # its `started` event is in the journal
 
 
 class SearchLoop:
@@ -98,7 +114,11 @@ class SearchLoop:
     self.journal = journal_lib.journal_for(args.job_dir)
     self.workspace = workspace_lib.for_job_dir(args.job_dir)
     self.work_dir = self.workspace.work_dir  # where trial folders are written
+    self.metric = trial_lib.binding_for(self.space_name).metric  # what `accuracy` is
     self._hparams_written: set[str] = set()
+    self._running: dict[str, _Running] = {}  # attempts started, until their outcome is recorded
+    self._ctl: controller_lib.Controller | None = None
+    self._progress = _Progress(self)
     from nascli.search import results  # pylint: disable=g-import-not-at-top
     # Every candidate of every decision, so TensorBoard's HParams view hides no trial.
     self.decision_domains = results.decision_domains(self.space)
@@ -126,9 +146,11 @@ class SearchLoop:
     self.workspace.attempt_starting(trial_id)
     handle = self.executor.start(spec_path, trial_dir, slot,
                                  publish_to=self.workspace.remote_trial_dir(trial_id))
+    run = self._running[trial_id] = _Running(trial_id, handle, slot, time.monotonic())
     self.journal.append({"event": "started", "trial_id": trial_id,
                          "attempt": state.attempts.get(trial_id, 0) + 1})
-    return _Running(trial_id, handle, slot, time.monotonic())
+    run.journaled = True
+    return run
 
   def _finish(self, run: _Running, outcome: executors.Outcome, ctl: controller_lib.Controller,
               state: journal_lib.JobState) -> bool:
@@ -158,6 +180,10 @@ class SearchLoop:
         analysis = json.load(f)
       metrics = {k: analysis.get(k) for k in ("accuracy", "latency_ms", "flops", "params",
                                                "seconds")}
+      # The attempt's wall time, process start to end (`seconds` is its training only), and
+      # what its accuracy is (top-1 accuracy, COCO AP, ...).
+      metrics["wall_s"] = round(time.monotonic() - run.started, 3)
+      metrics["accuracy_metric"] = analysis.get("accuracy_metric", self.metric)
       self._record(run.trial_id, {"event": "completed", "trial_id": run.trial_id,
                                   "reward": analysis["reward"], "metrics": metrics},
                    published=outcome.published)
@@ -183,11 +209,14 @@ class SearchLoop:
     self.journal.append(event)
     self.workspace.recorded(trial_id)
 
-  def _table(self, state: journal_lib.JobState, running: dict[str, _Running]) -> Table:
-    best = state.best()
-    table = Table(title=f"search {self.args.job_dir}: {self.space_name},"
-                  f" {self.args.search_algorithm}, best trial {best or '-'}")
-    for col in ("trial", "state", "accuracy", "latency ms", "reward", "best so far"):
+  def _title(self, state: journal_lib.JobState) -> str:
+    return (f"search {self.args.job_dir}: {self.space_name}, {self.args.search_algorithm},"
+            f" best trial {state.best() or '-'}")
+
+  def _table(self, state: journal_lib.JobState, running: dict[str, _Running],
+             titled: bool = True) -> Table:
+    table = Table(title=self._title(state) if titled else None)
+    for col in ("trial", "state", self.metric, "latency ms", "reward", "best so far"):
       table.add_column(col)
     best_so_far = None
     for tid in state.trial_ids():
@@ -207,76 +236,258 @@ class SearchLoop:
       self.executor.close()
 
   def _run(self) -> journal_lib.JobState:
-    a = self.args
     os.makedirs(self.work_dir, exist_ok=True)
-    # pylint: disable=g-import-not-at-top
-    from nascli.search import results
     with self.journal.open_for_writing():
-      journal_lib.check_settings(a.job_dir, a.settings(), a.overwrite, journal=self.journal,
-                                 mutable_keys=MUTABLE)
-      events = self.journal.events()
-      self.workspace.prepare(events)
-      ctl = controller_lib.Controller.rebuild(self.space, a.search_algorithm, a.seed, events,
-                                              **a.algorithm_options)
-      state = journal_lib.replay(events)
-      queue = state.unfinished()  # Interrupted trials run again first, same architecture.
-      if queue:
-        stderr.print(f"resuming {a.job_dir}: {len(state.trial_ids(journal_lib.COMPLETED))}"
-                     f" trial(s) done, re-running interrupted trial(s) {', '.join(queue)}")
-      free = self.executor.slots(a.max_parallel_nas_trial)
-      running: dict[str, _Running] = {}
-      stop_reason = None
-      # A live table on a terminal; elsewhere (logs, CI) one line per trial and a final table.
-      live_display = (Live(self._table(state, running), console=stderr, refresh_per_second=2,
-                           transient=False, redirect_stdout=False)
-                      if stderr.is_terminal else _PlainDisplay())
-      with live_display as live:
-        while True:
-          failed = len(state.trial_ids(*journal_lib.FAILED_STATUSES))
-          if failed > self.max_failed and stop_reason is None:
-            stop_reason = (f"search stopped: {failed} failed trials exceed"
-                           f" --max_failed_nas_trial {self.max_failed}")
-          while free and stop_reason is None:
-            if queue:
-              trial_id = queue.pop(0)
-            elif len(state.proposals) < a.max_nas_trial:
-              proposal = ctl.propose_new(state.dnas())
-              if proposal is None:
-                stop_reason = "the controller proposes no new architecture (space exhausted)"
-                break
-              trial_id = state.next_trial_id()
-              dna, nas_params = proposal
-              self.journal.append({"event": "proposed", "trial_id": trial_id, "dna": list(dna),
-                                   "nas_params": nas_params})
-              state = journal_lib.replay(self.journal.events())
-            else:
-              break
-            running[trial_id] = self._start(state, trial_id, free.pop(0))
-            state = journal_lib.replay(self.journal.events())
-          live.update(self._table(state, running))
-          if not running:
-            break
-          time.sleep(0.5)
-          for trial_id, run in list(running.items()):
-            outcome = self.executor.poll(run.handle)
-            if outcome is None:
-              continue
-            del running[trial_id]
-            free.append(run.slot)
-            if self._finish(run, outcome, ctl, state):
-              queue.insert(0, trial_id)
-            state = journal_lib.replay(self.journal.events())
-            results.update_all(a.job_dir, state, self.decision_domains, self._hparams_written)
-            if not stderr.is_terminal:
-              stderr.print(_trial_line(state, trial_id))
-          live.update(self._table(state, running))
+      try:
+        state, stop_reason = self._search()
+      except KeyboardInterrupt as e:  # interrupts.Interrupted: Ctrl-C or SIGTERM
+        raise self._interrupted(e) from None
     if not stderr.is_terminal:
-      stderr.print(self._table(state, {}))
+      # The title on a line of its own: as the table's title, Rich wraps it to the table.
+      log = _wide(stderr)
+      log.print(self._title(state), highlight=False, markup=False)
+      log.print(self._table(state, {}, titled=False))
     if stop_reason and "exceed" in stop_reason:
       raise NascliError(stop_reason)
     if stop_reason:
       stderr.print(stop_reason)
     return state
+
+  def _search(self) -> tuple[journal_lib.JobState, str | None]:
+    """The loop, under the journal's writer lock; returns the final state and why it stopped
+    early (None: it ran every trial)."""
+    a = self.args
+    # pylint: disable=g-import-not-at-top
+    from nascli.search import results
+    journal_lib.check_settings(a.job_dir, a.settings(), a.overwrite, journal=self.journal,
+                               mutable_keys=MUTABLE)
+    events = self.journal.events()
+    self.workspace.prepare(events)
+    ctl = self._ctl = controller_lib.Controller.rebuild(
+        self.space, a.search_algorithm, a.seed, events, **a.algorithm_options)
+    state = journal_lib.replay(events)
+    queue = state.unfinished()  # Interrupted trials run again first, same architecture.
+    if queue:
+      stderr.print(f"resuming {a.job_dir}: {len(state.trial_ids(journal_lib.COMPLETED))}"
+                   f" trial(s) done, re-running interrupted trial(s) {', '.join(queue)}")
+    free = self.executor.slots(a.max_parallel_nas_trial)
+    running = self._running
+    stop_reason = None
+    # A live table on a terminal; elsewhere (logs, CI) a progress line at a steady pace, one
+    # line per trial and a final table.
+    live_display = (Live(self._table(state, running), console=stderr, refresh_per_second=2,
+                         transient=False, redirect_stdout=False)
+                    if stderr.is_terminal else _PlainDisplay())
+    with live_display as live:
+      while True:
+        failed = len(state.trial_ids(*journal_lib.FAILED_STATUSES))
+        if failed > self.max_failed and stop_reason is None:
+          stop_reason = (f"search stopped: {failed} failed trials exceed"
+                         f" --max_failed_nas_trial {self.max_failed}")
+        started = False
+        while free and stop_reason is None:
+          if queue:
+            trial_id = queue.pop(0)
+          elif len(state.proposals) < a.max_nas_trial:
+            proposal = ctl.propose_new(state.dnas())
+            if proposal is None:
+              stop_reason = "the controller proposes no new architecture (space exhausted)"
+              break
+            trial_id = state.next_trial_id()
+            dna, nas_params = proposal
+            self.journal.append({"event": "proposed", "trial_id": trial_id, "dna": list(dna),
+                                 "nas_params": nas_params})
+            state = journal_lib.replay(self.journal.events())
+          else:
+            break
+          self._start(state, trial_id, free.pop(0))
+          started = True
+          state = journal_lib.replay(self.journal.events())
+        if started:
+          self._progress.report(state, force=True)
+        live.update(self._table(state, running))
+        if not running:
+          break
+        time.sleep(0.5)
+        ended = False
+        for trial_id, run in list(running.items()):
+          outcome = self.executor.poll(run.handle)
+          if outcome is None:
+            continue
+          if self._finish(run, outcome, ctl, state):
+            queue.insert(0, trial_id)
+          self._progress.ended(run)
+          del running[trial_id]
+          free.append(run.slot)
+          state = journal_lib.replay(self.journal.events())
+          results.update_all(a.job_dir, state, self.decision_domains, self._hparams_written)
+          if not stderr.is_terminal:
+            stderr.print(_trial_line(state, trial_id, self.metric))
+          ended = True
+        self._progress.report(state, force=ended)
+        live.update(self._table(state, running))
+    return state, stop_reason
+
+  def _interrupted(self, error: KeyboardInterrupt) -> interrupts.Interrupted:
+    """Stops the running attempts and records how each ended; the one line main() prints.
+
+    Each trial gets the driver's signal and records `interrupted` itself (after a checkpoint,
+    where training can save one); the driver marks the job_status.json of any that could not
+    and journals `interrupted` for each, so a rerun re-runs exactly these trials first. An
+    attempt that completed before the signal reached it is recorded as completed; any other
+    outcome (even a failure, which may be the interrupt's doing) runs again.
+    """
+    # pylint: disable=g-import-not-at-top
+    from nascli.search import results
+    signum = interrupts.signal_of(error)
+    runs = list(self._running.values())
+    if runs:
+      stderr.print(f"interrupted: stopping trial(s) {', '.join(r.trial_id for r in runs)}"
+                   " (press Ctrl-C again to stop at once)", highlight=False)
+      self.executor.interrupt([r.handle for r in runs], signum)
+    state = journal_lib.replay(self.journal.events())
+    stopped = []
+    for run in runs:
+      trial_dir = os.path.join(self.work_dir, run.trial_id)
+      status = state.status.get(run.trial_id)
+      if status in journal_lib.FINAL_STATUSES:
+        continue  # recorded just before the signal
+      outcome = self.executor.poll(run.handle)
+      if outcome is not None and outcome.returncode != 0 and trial_lib.completed(trial_dir):
+        # A cancelled Ray task reports an error even when its trial ran to its end.
+        outcome = executors.Outcome(returncode=0)
+      if (run.journaled and status == journal_lib.RUNNING and outcome is not None
+          and outcome.returncode == 0 and self._ctl is not None):
+        self._finish(run, outcome, self._ctl, state)  # it ended before the signal reached it
+        continue
+      trial_lib.mark_interrupted(trial_dir, signum)
+      if run.journaled and status == journal_lib.RUNNING:
+        self.journal.append({"event": "interrupted", "trial_id": run.trial_id,
+                             "attempt": state.attempts.get(run.trial_id, 1),
+                             "signal": signal.Signals(signum).name})
+        stopped.append(run.trial_id)
+    self._running.clear()
+    state = journal_lib.replay(self.journal.events())
+    if state.settings is not None and state.proposals:
+      results.update_all(self.args.job_dir, state, self.decision_domains,
+                         self._hparams_written)
+    return interrupts.Interrupted.of(error, *self._interrupt_line(state, stopped))
+
+  def _interrupt_line(self, state: journal_lib.JobState, stopped: list[str]) -> tuple[str, str]:
+    """(what was interrupted, how to continue) for the one line main() prints, e.g.
+    `search JOB (1 of 3 trials done, trial 2 stopped at step 10)` and `run the same command
+    again to resume (trial 2 runs again first, from step 10)`."""
+    a = self.args
+    done = len(state.trial_ids(*journal_lib.FINAL_STATUSES))
+    again = "run the same command again" + (" without --overwrite" if a.overwrite else "")
+    what = f"search {a.job_dir} ({done} of {a.max_nas_trial} trials done"
+    if not stopped:
+      return what + ")", f"{again} to resume"
+    steps = [trial_lib.checkpoint_step(os.path.join(self.work_dir, t)) for t in stopped]
+    at = ", ".join(f"trial {t} stopped " + (f"at step {n}" if n else "before its first checkpoint")
+                   for t, n in zip(stopped, steps))
+    if len(stopped) == 1:
+      rerun = f"trial {stopped[0]} runs again first" + (f", from step {steps[0]}" if steps[0]
+                                                        else "")
+    else:
+      rerun = f"trials {', '.join(stopped)} run again first, from their last checkpoints"
+    return f"{what}, {at})", f"{again} to resume ({rerun})"
+
+
+def _wide(console: Console) -> Console:
+  """`console` or, off a terminal, one as wide as its lines: a log keeps whole table rows."""
+  if console.is_terminal:
+    return console
+  return Console(stderr=console.stderr, width=100_000)
+
+
+def progress_seconds() -> float:
+  """PROGRESS_SECONDS, or the positive number of seconds NASCLI_PROGRESS_SECONDS gives."""
+  try:
+    value = float(os.environ.get(PROGRESS_ENV, PROGRESS_SECONDS))
+  except ValueError:
+    return PROGRESS_SECONDS
+  return value if value > 0 and math.isfinite(value) else PROGRESS_SECONDS
+
+
+class _Progress:
+  """The progress line a search prints on stderr off a terminal, where no live table shows:
+  trials done/total, the running trials with their step and loss (from their
+  train_metrics.jsonl), the best reward so far, elapsed time and ETA."""
+
+  def __init__(self, loop: "SearchLoop"):
+    self.loop = loop
+    self.interval = progress_seconds()
+    self.begin = time.monotonic()
+    self.last = self.begin
+    self.durations: list[float] = []  # wall times of attempts that ended in this run
+
+  def report(self, state: journal_lib.JobState, force: bool = False) -> None:
+    if stderr.is_terminal:
+      return
+    now = time.monotonic()
+    if not force and now - self.last < self.interval:
+      return
+    self.last = now
+    _wide(stderr).print(self.line(state, now), highlight=False, markup=False)
+
+  def line(self, state: journal_lib.JobState, now: float) -> str:
+    loop, a = self.loop, self.loop.args
+    done = state.trial_ids(*journal_lib.FINAL_STATUSES)
+    failed = len(state.trial_ids(*journal_lib.FAILED_STATUSES))
+    text = f"progress: {len(done)}/{a.max_nas_trial} trials done"
+    text += f" ({failed} failed)" if failed else ""
+    running = list(loop._running.values())  # pylint: disable=protected-access
+    if running:
+      text += "; running " + ", ".join(
+          f"{r.trial_id} ({_train_progress(os.path.join(loop.work_dir, r.trial_id))})"
+          for r in running)
+    best = state.best()
+    if best is not None:
+      text += f"; best reward {state.rewards[best]:.4f} (trial {best})"
+    text += f"; elapsed {_duration(now - self.begin)}"
+    eta = self.eta(state, running, now)
+    return text + (f", ETA {_duration(eta)}" if eta is not None else "")
+
+  def eta(self, state: journal_lib.JobState, running: list[_Running],
+          now: float) -> float | None:
+    """The trials still to run times the mean wall time of a trial, over the trials at once."""
+    durations = self.durations or [
+        m["wall_s"] for m in state.metrics.values() if isinstance(m.get("wall_s"), (int, float))]
+    if not durations:
+      return None
+    mean = sum(durations) / len(durations)
+    todo = max(0, self.loop.args.max_nas_trial - len(state.trial_ids(*journal_lib.FINAL_STATUSES)))
+    work = todo * mean - sum(min(now - r.started, mean) for r in running)
+    return max(0.0, work / max(1, self.loop.args.max_parallel_nas_trial))
+
+  def ended(self, run: _Running) -> None:
+    self.durations.append(time.monotonic() - run.started)
+
+
+def _train_progress(trial_dir: str) -> str:
+  """`step 40, loss 0.513` from the last line of the trial's train_metrics.jsonl, else
+  `starting` (its process loads TensorFlow and builds the model before the first step)."""
+  try:
+    with open(os.path.join(trial_dir, "train_metrics.jsonl"), "rb") as f:
+      f.seek(max(0, os.fstat(f.fileno()).st_size - 4096))
+      lines = f.read().decode("utf-8", "replace").strip().splitlines()
+    last = json.loads(lines[-1]) if lines else {}
+  except (OSError, ValueError):
+    last = {}
+  if not isinstance(last, dict) or "step" not in last:
+    return "starting"
+  loss = last.get("loss")
+  return f"step {last['step']}" + (f", loss {loss:.4g}" if isinstance(loss, float) else "")
+
+
+def _duration(seconds: float) -> str:
+  seconds = int(round(seconds))
+  if seconds < 60:
+    return f"{seconds}s"
+  if seconds < 3600:
+    return f"{seconds // 60}m{seconds % 60:02d}s"
+  return f"{seconds // 3600}h{seconds % 3600 // 60:02d}m"
 
 
 def _absolute(path: str | None) -> str | None:
@@ -301,10 +512,11 @@ def _fmt(value) -> str:
   return "-" if value is None else f"{value:.4g}"
 
 
-def _trial_line(state: journal_lib.JobState, trial_id: str) -> str:
+def _trial_line(state: journal_lib.JobState, trial_id: str, metric: str = "accuracy") -> str:
   m = state.metrics.get(trial_id, {})
   status = state.status[trial_id]
   if status != journal_lib.COMPLETED:
     return f"trial {trial_id}: {status}: {state.reasons.get(trial_id, '')}"
-  return (f"trial {trial_id}: reward {_fmt(state.rewards[trial_id])}, accuracy"
-          f" {_fmt(m.get('accuracy'))}, latency {_fmt(m.get('latency_ms'))} ms")
+  return (f"trial {trial_id}: reward {_fmt(state.rewards[trial_id])},"
+          f" {m.get('accuracy_metric', metric)} {_fmt(m.get('accuracy'))}, latency"
+          f" {_fmt(m.get('latency_ms'))} ms")
