@@ -298,7 +298,7 @@ def test_piped_table_is_whole_and_logs_get_progress_lines(tmp_path):
   out = tmp_path / ("a-long-folder-name-that-a-terminal-of-80-columns-would-cut-" * 2) / "digits"
   proc = nascli_subprocess("convert-data", "digits", "--image_size", "32", "--num_shards", "2",
                            "--processes", "1", "--output_dir", out,
-                           env={"NASCLI_PROGRESS_INTERVAL": "0.01"})
+                           env={"NASCLI_PROGRESS_SECONDS": "0.01"})
   assert proc.returncode == 0, proc.stderr
   assert f"{out}/train-*-of-00002.tfrecord" in proc.stdout
   assert f"{out}/validation-*-of-00002.tfrecord" in proc.stdout

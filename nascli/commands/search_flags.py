@@ -6,7 +6,6 @@ Garden or pyglove (15-40 s): a bad value costs well under 2 s.
 """
 
 import contextlib
-import difflib
 import glob
 import inspect
 import json
@@ -17,6 +16,7 @@ from typing import Annotated, Any, Callable, Iterator, Optional
 
 import typer
 
+from nascli import checks
 from nascli import interrupts
 from nascli import storage
 from nascli.commands.options import flag
@@ -145,9 +145,8 @@ def check(values: dict[str, Any]) -> None:
 
 
 def _unknown(flag_name: str, value: str, known: Any) -> NascliError:
-  close = difflib.get_close_matches(value, list(known), n=1)
-  hint = f" (did you mean {close[0]!r}?)" if close else ""
-  return NascliError(f"unknown --{flag_name} {value!r}{hint}; known: {', '.join(known)}")
+  return NascliError(f"unknown --{flag_name} {value!r}{checks.closest(value, known)}; known:"
+                     f" {', '.join(known)}")
 
 
 def _at_least(values: dict[str, Any], name: str, low: int) -> None:

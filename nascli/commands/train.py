@@ -37,8 +37,7 @@ def _refuse_bad_flags(args, config_files: list[str], search_job_dir: str | None,
     checks.one_of(args.model, MODELS, "--model")
   if args.strategy is not None:
     checks.one_of(args.strategy, STRATEGIES, "--strategy")
-  spaces = sorted(trial_lib._BINDINGS)  # pylint: disable=protected-access
-  checks.one_of(args.search_space, spaces, "--search_space")  # the spaces train can build
+  checks.one_of(args.search_space, trial_lib.known_spaces(), "--search_space")  # the spaces train can build
   checks.int_range(args.seed, "--seed", 0, 2**32 - 1, allowed="0 to 2**32 - 1")
   checks.int_range(args.num_gpus, "--num_gpus", 1,
                    allowed="1 or more (leave it out for every GPU of the machine)")

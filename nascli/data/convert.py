@@ -97,7 +97,7 @@ def _same_settings(old: Any, new: dict) -> bool:
 
 
 class _PlainProgress:
-  """Progress for logs: a line every log_progress.INTERVAL_S naming the split, count and ETA."""
+  """Progress for logs: a line every console.PROGRESS_SECONDS naming the split, count and ETA."""
 
   def __init__(self, stage: str, splits: list[tuple[str, int]]):
     self.stage, self.splits = stage, splits

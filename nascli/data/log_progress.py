@@ -4,19 +4,9 @@ A Rich progress bar draws nothing when stderr is a file or a pipe, so a long con
 download in CI or under `nohup` would be silent for minutes; these lines say how far it got.
 """
 
-import os
 import time
 
-INTERVAL_S = 30.0
-INTERVAL_ENV = "NASCLI_PROGRESS_INTERVAL"  # seconds; tests set it low
-
-
-def interval() -> float:
-  try:
-    return max(0.01, float(os.environ.get(INTERVAL_ENV, INTERVAL_S)))
-  except ValueError:
-    return INTERVAL_S
-
+from nascli import console
 
 def clock(seconds: float) -> str:
   """H:MM:SS."""
@@ -28,7 +18,7 @@ class Pacer:
   """Says when the next line is due, and how fast things went since the start."""
 
   def __init__(self):
-    self.every = interval()
+    self.every = console.progress_seconds()
     self.start = self.last = time.monotonic()
 
   def due(self) -> bool:

@@ -12,7 +12,7 @@ could not), journals an `interrupted` event per trial and exits 130 / 143 with o
 how to continue; the same command resumes, the interrupted trials first, from their checkpoints.
 
 Off a terminal (a log file, CI) there is no live table: a progress line goes to stderr at each
-trial start and end and every PROGRESS_SECONDS (env NASCLI_PROGRESS_SECONDS) in between.
+trial start and end and every console.PROGRESS_SECONDS (env NASCLI_PROGRESS_SECONDS) in between.
 
 The job dir may be a gs:// URL: the journal is then one object per event, the trials run in a
 local staging folder and each trial folder is uploaded before its outcome is journaled (see
@@ -21,7 +21,6 @@ workspace.py); derived outputs are written to the bucket, one complete object ea
 
 import dataclasses
 import json
-import math
 import os
 import signal
 import time
@@ -31,6 +30,7 @@ from rich.console import Console
 from rich.live import Live
 from rich.table import Table
 
+from nascli import console
 from nascli import interrupts
 from nascli import storage
 from nascli.errors import NascliError
@@ -47,8 +47,6 @@ stderr = Console(stderr=True)
 MUTABLE = ("max_nas_trial", "max_parallel_nas_trial", "max_failed_nas_trial",
            "max_trial_retries")
 # Off a terminal, the pace of the progress line on stderr (seconds); the env var overrides it.
-PROGRESS_SECONDS = 30.0
-PROGRESS_ENV = "NASCLI_PROGRESS_SECONDS"
 
 
 @dataclasses.dataclass
@@ -244,7 +242,7 @@ class SearchLoop:
         raise self._interrupted(e) from None
     if not stderr.is_terminal:
       # The title on a line of its own: as the table's title, Rich wraps it to the table.
-      log = _wide(stderr)
+      log = console.whole(stderr)
       log.print(self._title(state), highlight=False, markup=False)
       log.print(self._table(state, {}, titled=False))
     if stop_reason and "exceed" in stop_reason:
@@ -394,22 +392,6 @@ class SearchLoop:
     return f"{what}, {at})", f"{again} to resume ({rerun})"
 
 
-def _wide(console: Console) -> Console:
-  """`console` or, off a terminal, one as wide as its lines: a log keeps whole table rows."""
-  if console.is_terminal:
-    return console
-  return Console(stderr=console.stderr, width=100_000)
-
-
-def progress_seconds() -> float:
-  """PROGRESS_SECONDS, or the positive number of seconds NASCLI_PROGRESS_SECONDS gives."""
-  try:
-    value = float(os.environ.get(PROGRESS_ENV, PROGRESS_SECONDS))
-  except ValueError:
-    return PROGRESS_SECONDS
-  return value if value > 0 and math.isfinite(value) else PROGRESS_SECONDS
-
-
 class _Progress:
   """The progress line a search prints on stderr off a terminal, where no live table shows:
   trials done/total, the running trials with their step and loss (from their
@@ -417,7 +399,7 @@ class _Progress:
 
   def __init__(self, loop: "SearchLoop"):
     self.loop = loop
-    self.interval = progress_seconds()
+    self.interval = console.progress_seconds()
     self.begin = time.monotonic()
     self.last = self.begin
     self.durations: list[float] = []  # wall times of attempts that ended in this run
@@ -429,7 +411,7 @@ class _Progress:
     if not force and now - self.last < self.interval:
       return
     self.last = now
-    _wide(stderr).print(self.line(state, now), highlight=False, markup=False)
+    console.whole(stderr).print(self.line(state, now), highlight=False, markup=False)
 
   def line(self, state: journal_lib.JobState, now: float) -> str:
     loop, a = self.loop, self.loop.args

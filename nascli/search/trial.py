@@ -22,8 +22,6 @@ from nascli import interrupts
 from nascli import storage
 from nascli.errors import NascliError
 
-# job_status.json of an attempt stopped by a signal (tf_vision.job_status's vocabulary).
-INTERRUPTED = "interrupted"
 _CHECKPOINT_PATH = re.compile(r'^model_checkpoint_path:\s*"[^"]*?(\d+)"\s*$', re.M)
 
 
@@ -70,6 +68,11 @@ register_binding("mnasnet", SpaceBinding("classification", "nas_classification_t
                                          "tunable_mnasnet", "accuracy"))
 register_binding("spinenet", SpaceBinding("retinanet", "nas_retinanet_tunable_spinenet",
                                           "tunable_spinenet", "AP"))
+
+
+def known_spaces() -> list[str]:
+  """The spaces a trial (and stage 2) can build a model for."""
+  return sorted(_BINDINGS)
 
 
 def binding_for(space: str) -> SpaceBinding:
@@ -228,10 +231,10 @@ def mark_interrupted(trial_dir: str, signum: int) -> bool:
   checkpoint's), unless training already did so; True if it wrote. An attempt stopped after
   training wrote `completed` is interrupted too: the trial is done only with its analysis."""
   from tf_vision import job_status  # pylint: disable=g-import-not-at-top
-  if (job_status.read(trial_dir) or {}).get("status") == INTERRUPTED:
+  if (job_status.read(trial_dir) or {}).get("status") == job_status.INTERRUPTED:
     return False
   step = checkpoint_step(trial_dir)
-  job_status.write(trial_dir, INTERRUPTED, step=step, checkpoint_step=step,
+  job_status.write(trial_dir, job_status.INTERRUPTED, step=step, checkpoint_step=step,
                    signal=signal.Signals(signum).name)
   return True
 
