@@ -228,3 +228,12 @@ def test_version_and_help_do_not_import_tensorflow():
     assert run.stdout.splitlines()[-1] == "False", args
     if args[0] in ("--version", "-V"):
       assert run.stdout.splitlines() == [f"nascli {metadata.version('nascli')}", "False"]
+
+
+def test_a_mistyped_command_is_told_the_shown_names_only():
+  """Hidden aliases (`search-in-local`) stay out of the did-you-mean, as out of the help."""
+  proc = subprocess.run([sys.executable, "-m", "nascli", "serch_in_local"], capture_output=True,
+                        text=True, check=False, env=dict(os.environ, COLUMNS="200"))
+  assert proc.returncode == 2
+  assert "No such command 'serch_in_local'. Did you mean 'search_in_local'?" in proc.stderr
+  assert "search-in-local" not in proc.stderr

@@ -4,6 +4,7 @@ Typer renders the help; these command classes adjust what it renders. Matching o
 spellings is the root context's `token_normalize_func` (nascli/commands/options.py).
 """
 
+import difflib
 import re
 from typing import Any, Callable, Optional
 
@@ -73,6 +74,19 @@ class _HelpLayout:
 
 class NascliGroup(_HelpLayout, TyperGroup):
   """The root command."""
+
+  def resolve_command(self, ctx, args):
+    """Typer suggests close command names among all of them, the hidden aliases too
+    (`'search_in_local', 'search-in-local'`): suggest only the names help shows."""
+    try:
+      return super().resolve_command(ctx, args)
+    except typer.TyperException as e:  # Typer's own (vendored) click UsageError
+      if args and str(getattr(e, "message", "")).startswith("No such command"):
+        shown = [name for name, command in self.commands.items() if not command.hidden]
+        matches = difflib.get_close_matches(args[0], shown)
+        e.message = f"No such command {args[0]!r}." + (
+            f" Did you mean {', '.join(repr(m) for m in matches)}?" if matches else "")
+      raise
 
 
 class NascliCommand(_HelpLayout, TyperCommand):

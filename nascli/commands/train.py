@@ -166,12 +166,16 @@ def _train(
     if as_json:
       print(json.dumps(results, indent=2))
     for result in results if not as_json else []:
-      print(f"trained {result['experiment']} to step {result['step']} in {result['model_dir']}")
+      _print_result(result)
     return
   result = training.train(train_args)
   if as_json:
     print(json.dumps(result, indent=2))
     return
+  _print_result(result)
+
+
+def _print_result(result: dict) -> None:
   metrics = ", ".join(f"{k}={v:.4f}" for k, v in sorted(result["eval_metrics"].items()))
   print(f"trained {result['experiment']} to step {result['step']} in {result['model_dir']}"
         + (f": {metrics}" if metrics else ""))
