@@ -139,7 +139,7 @@ def _interrupt_behind(error: BaseException) -> KeyboardInterrupt | None:
   return None
 
 
-def _report_interrupt(error: KeyboardInterrupt, debug: bool) -> int:
+def _report_interrupt(error: BaseException, debug: bool) -> int:
   if debug:
     traceback.print_exception(error)
   print(interrupts.message(error), file=sys.stderr)
@@ -164,6 +164,16 @@ def main(argv: list[str] | None = None) -> int:
     return _report_interrupt(interrupt, debug)
   except KeyboardInterrupt as e:  # interrupts.Interrupted too: SIGINT and SIGTERM
     return _report_interrupt(e, debug)
+  except Exception as e:  # pylint: disable=broad-except
+    if interrupts.caused(e):  # a signal that came back as another library's error
+      return _report_interrupt(e, debug)
+    return _report_error(e, debug)
+
+
+def _report_error(error: Exception, debug: bool) -> int:
+  """Known errors as one line naming the culprit, exit 1; anything else says it is unexpected."""
+  try:
+    raise error
   except NascliError as e:
     if debug:
       traceback.print_exc()

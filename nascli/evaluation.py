@@ -63,7 +63,9 @@ def evaluate(args: EvalArgs) -> dict:
   interrupted evaluation leaves nothing behind and a rerun does it all again."""
   try:
     return _evaluate(args)
-  except KeyboardInterrupt as e:  # interrupts.Interrupted too (SIGINT, SIGTERM)
+  except BaseException as e:  # pylint: disable=broad-except
+    if not interrupts.caused(e):
+      raise
     raise interrupts.Interrupted.of(
         e, what=f"evaluating {args.checkpoint_path or args.model_dir}",
         resume="run the same command again") from None

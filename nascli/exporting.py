@@ -60,7 +60,9 @@ def export(args: ExportArgs) -> dict:
   export_dir = export_dir_of(args)
   try:
     return _export_checkpoint(args, export_dir)
-  except KeyboardInterrupt as e:  # interrupts.Interrupted too (SIGINT, SIGTERM)
+  except BaseException as e:  # pylint: disable=broad-except
+    if not interrupts.caused(e):
+      raise
     # The SavedModel is built aside and moved in whole; only a latency run can follow it.
     written = (not storage.is_gcs(export_dir) and os.path.isdir(export_dir)
                and os.listdir(export_dir))

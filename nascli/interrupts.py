@@ -42,7 +42,7 @@ class Interrupted(KeyboardInterrupt):
 
 def signal_of(error: BaseException) -> int:
   """The signal behind a KeyboardInterrupt (SIGINT for one raised by Python's own handler)."""
-  return getattr(error, "signum", signal.SIGINT)
+  return getattr(error, "signum", None) or received() or signal.SIGINT
 
 
 def exit_code(error: BaseException) -> int:
@@ -53,6 +53,13 @@ def message(error: BaseException) -> str:
   if isinstance(error, Interrupted):
     return error.message()
   return Interrupted(signal_of(error)).message()
+
+
+def caused(error: BaseException) -> bool:
+  """Whether a signal is behind `error`: a KeyboardInterrupt, or any error raised once a signal
+  arrived (one that lands while TensorFlow's C++ code runs Python can come back as
+  TensorFlow's own error)."""
+  return isinstance(error, KeyboardInterrupt) or bool(_received)
 
 
 def received() -> int | None:

@@ -180,7 +180,7 @@ def trained(sigterm_run):
 
 def test_eval_interrupted_says_what_in_one_line(cli, trained):
   code, out, err = _in_process_interrupt(cli, 0.5, "eval", "--model_dir", trained)
-  assert (code, out) == (130, "")
+  assert (code, out) == (130, ""), err
   assert err == (f"Interrupted (Ctrl-C): evaluating {trained}; run the same command again\n")
   assert not (trained / "eval_metrics.json").exists()
 
@@ -189,7 +189,24 @@ def test_export_interrupted_says_what_in_one_line(cli, trained, tmp_path):
   export_dir = tmp_path / "export"
   code, out, err = _in_process_interrupt(cli, 0.5, "export", "--model_dir", trained,
                                          "--export_dir", export_dir)
-  assert (code, out) == (130, "")
+  assert (code, out) == (130, ""), err
   assert err == (f"Interrupted (Ctrl-C): exporting {trained} to {export_dir}; run the same"
                  " command again\n")
   assert not export_dir.exists() and not list(tmp_path.glob(".export.partial-*"))
+
+
+def test_an_error_raised_once_a_signal_arrived_counts_as_the_interrupt(capsys):
+  """A signal that lands while TensorFlow's C++ code runs Python can come back as TensorFlow's
+  own error: it is still reported as the interrupt (its exit code, no 'unexpected' error)."""
+  from nascli import interrupts  # pylint: disable=g-import-not-at-top
+  with interrupts.handled():
+    with pytest.raises(RuntimeError) as e:
+      with interrupts.deferred("this test"):
+        os.kill(os.getpid(), signal.SIGTERM)
+        time.sleep(0.2)
+        raise RuntimeError("a library's own error")
+    assert interrupts.caused(e.value) and interrupts.exit_code(e.value) == 143
+    assert interrupts.message(e.value) == "Interrupted (SIGTERM)"
+  with interrupts.handled():
+    assert not interrupts.caused(RuntimeError("no signal"))
+  capsys.readouterr()

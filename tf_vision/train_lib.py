@@ -299,6 +299,8 @@ def run(params: cfg.ExperimentConfig, model_dir: str, strategy: tf.distribute.St
       job_status.write(model_dir, job_status.FAILED_WITH_NAN, reason=str(e))
     raise
   except Exception as e:
+    if interrupts.caused(e):  # a signal that came back as TensorFlow's error
+      raise _stop_interrupted(e, state, strategy) from None
     if chief:
       job_status.write(model_dir, job_status.FAILED, reason=f"{type(e).__name__}: {e}"[:500])
     raise
