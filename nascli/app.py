@@ -172,25 +172,17 @@ def main(argv: list[str] | None = None) -> int:
 
 def _report_error(error: Exception, debug: bool) -> int:
   """Known errors as one line naming the culprit, exit 1; anything else says it is unexpected."""
-  try:
-    raise error
-  except NascliError as e:
-    if debug:
-      traceback.print_exc()
-    print(f"Error: {_one_line(e)}", file=sys.stderr)
-    return 1
-  except OSError as e:
-    if debug:
-      traceback.print_exc()
-    culprit = f": {e.filename}" if getattr(e, "filename", None) else ""
-    print(f"Error: {_one_line(e.strerror or e)}{culprit}", file=sys.stderr)
-    return 1
-  except Exception as e:  # pylint: disable=broad-except
-    if debug:
-      traceback.print_exc()
-    print(f"Error: unexpected {type(e).__name__}: {_one_line(e)} (set NASCLI_DEBUG=1 for the"
-          " traceback)", file=sys.stderr)
-    return 1
+  if debug:
+    traceback.print_exception(error)
+  if isinstance(error, NascliError):
+    print(f"Error: {_one_line(error)}", file=sys.stderr)
+  elif isinstance(error, OSError):
+    culprit = f": {error.filename}" if getattr(error, "filename", None) else ""
+    print(f"Error: {_one_line(error.strerror or error)}{culprit}", file=sys.stderr)
+  else:
+    print(f"Error: unexpected {type(error).__name__}: {_one_line(error)} (set NASCLI_DEBUG=1"
+          " for the traceback)", file=sys.stderr)
+  return 1
 
 
 def run() -> None:

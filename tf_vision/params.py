@@ -14,6 +14,7 @@ import os
 import re
 from typing import Any
 
+from nascli import checks
 from nascli import storage
 from nascli.errors import NascliError, StorageNotFoundError
 from official.core import config_definitions as cfg
@@ -84,17 +85,11 @@ def check_keys(config: hyperparams.Config, override: dict, what: str, prefix: st
     path = f"{prefix}{key}"
     if not isinstance(key, str) or key not in config.__dict__ or key.startswith("_"):
       known = sorted(k for k in config.__dict__ if not k.startswith("_"))
-      hint = _closest(str(key), known)
+      hint = checks.closest(str(key), known)
       raise NascliError(f"unknown config key '{path}' in {what}{hint}")
     current = config.__dict__[key]
     if isinstance(value, dict) and isinstance(current, hyperparams.Config):
       check_keys(current, value, what, prefix=f"{path}.")
-
-
-def _closest(key: str, known: list[str]) -> str:
-  import difflib  # pylint: disable=g-import-not-at-top
-  match = difflib.get_close_matches(key, known, n=1)
-  return f" (did you mean '{match[0]}'?)" if match else ""
 
 
 def apply_override(params: cfg.ExperimentConfig, override: dict, what: str,
@@ -133,7 +128,7 @@ def load_experiment(name: str) -> cfg.ExperimentConfig:
     return experiments.get_experiment(name)
   except LookupError:  # Model Garden's registry raises LookupError (KeyError in older versions).
     known = sorted(exp_factory._REGISTERED_CONFIGS)  # pylint: disable=protected-access
-    raise NascliError(f"unknown --experiment {name!r}{_closest(name, known)}; see"
+    raise NascliError(f"unknown --experiment {name!r}{checks.closest(name, known)}; see"
                       " `nascli train --list_experiments`") from None
 
 

@@ -39,8 +39,7 @@ from tf_vision.optimization import schedules
 
 
 from tf_vision.configs.fastnn_keys import (  # noqa: F401  pylint: disable=unused-import
-    CALLER_KEYS, FASTNN_KEYS, HparamSpec, coerce_value, parse_hparams_file, _check_value,
-    _closest)
+    CALLER_KEYS, FASTNN_KEYS, HparamSpec, coerce_value, parse_hparams_file, _check_value)
 
 
 # --------------------------------------------------------------------------------------------

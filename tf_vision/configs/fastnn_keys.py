@@ -5,11 +5,11 @@ stay light; the mapping onto a Model Garden config is in `fastnn.py`.
 """
 
 import dataclasses
-import difflib
 import math
 import os
 from typing import Any, Callable
 
+from nascli import checks
 from nascli.errors import NascliError
 
 # FastNN's learning-rate decay types and schemes (semantics in tf_vision/optimization/schedules.py).
@@ -107,14 +107,9 @@ _BOOLS = {"True": True, "true": True, "1": True, "False": False, "false": False,
 _TYPE_WORDS = {int: "an integer", float: "a number", str: "a string", bool: "True/False"}
 
 
-def _closest(word: str, known) -> str:
-  match = difflib.get_close_matches(word, list(known), n=1)
-  return f" (did you mean '{match[0]}'?)" if match else ""
-
-
 def _choice_error(key: str, value: str, choices: tuple[str, ...]) -> str:
   shown = ", ".join(repr(c) for c in choices)
-  return f"key '{key}' must be one of {shown}; got {value!r}{_closest(value, choices)}"
+  return f"key '{key}' must be one of {shown}; got {value!r}{checks.closest(value, choices)}"
 
 
 def coerce_value(key: str, raw: str) -> Any:
@@ -156,7 +151,7 @@ _IS_TYPE: dict[type, Callable[[Any], bool]] = {
 def _check_value(key: str, value: Any) -> Any:
   """A dict value (e.g. from a CLI option) checked like a file value; strings are parsed."""
   if key not in FASTNN_KEYS:
-    raise NascliError(f"unknown FastNN key '{key}'{_closest(key, FASTNN_KEYS)}")
+    raise NascliError(f"unknown FastNN key '{key}'{checks.closest(key, FASTNN_KEYS)}")
   spec = FASTNN_KEYS[key]
   try:
     if isinstance(value, str) and spec.type is not str:
@@ -231,7 +226,7 @@ def parse_hparams_file(path: str | os.PathLike) -> dict[str, Any]:
     if not key:
       raise NascliError(f"{where}: missing key before '=' in {line!r}")
     if key not in FASTNN_KEYS:
-      raise NascliError(f"{where}: unknown key '{key}'{_closest(key, FASTNN_KEYS)}")
+      raise NascliError(f"{where}: unknown key '{key}'{checks.closest(key, FASTNN_KEYS)}")
     if key in first_line:
       raise NascliError(f"{where}: duplicate key '{key}' (first set on line {first_line[key]})")
     first_line[key] = lineno
