@@ -1,13 +1,12 @@
 """The `nascli` root command and `main()`, which turns known errors into one-line messages."""
 
-import os
 import sys
 import traceback
 from typing import Annotated, Callable, Optional
 
 import typer
 
-from nascli import interrupts
+from nascli import interrupts, runtime
 from nascli.commands import examples
 from nascli.commands.help_layout import NascliCommand, NascliGroup
 from nascli.commands.options import normalize_token
@@ -98,16 +97,8 @@ def _one_line(message: str) -> str:
   return " ".join(str(message).split())
 
 
-def _quiet_libraries() -> None:
-  """TensorFlow and Model Garden log at INFO by default; nascli reports progress itself."""
-  os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
-  import logging  # pylint: disable=g-import-not-at-top
-  logging.getLogger("tensorflow").setLevel(logging.ERROR)
-  try:
-    from absl import logging as absl_logging  # pylint: disable=g-import-not-at-top
-    absl_logging.set_verbosity(absl_logging.WARNING)
-  except ImportError:
-    pass
+# Until search/trial.py and search/worker.py call nascli.runtime themselves.
+_quiet_libraries = runtime.quiet_libraries
 
 
 # Options that take several values after one flag, as Vertex's argparse `nargs="*"` did.
@@ -148,9 +139,9 @@ def _report_interrupt(error: BaseException, debug: bool) -> int:
 
 def main(argv: list[str] | None = None) -> int:
   """Entry point of the console script and `python -m nascli`; returns the exit code."""
-  _quiet_libraries()
+  runtime.quiet_libraries()
   argv = _expand_multi_value(list(sys.argv[1:] if argv is None else argv))
-  debug = os.environ.get("NASCLI_DEBUG") == "1"
+  debug = runtime.debug()
   try:
     # Standalone mode lets Typer print usage errors itself (exit code 2); what it does not handle
     # reaches the mapping below.
@@ -186,5 +177,4 @@ def _report_error(error: Exception, debug: bool) -> int:
 
 
 def run() -> None:
-  from nascli import process_exit  # pylint: disable=g-import-not-at-top
-  process_exit.finish(main())
+  runtime.finish(main())

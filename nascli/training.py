@@ -50,6 +50,8 @@ class TrainArgs:
   fastnn: dict[str, Any] = dataclasses.field(default_factory=dict)
   # Stage 2: the search's recipe (tf_vision.configs.stage2.Recipe), beneath the user's sources.
   recipe: Any = None
+  # A search trial measures the model it trained: the result then holds "model" and "params".
+  keep_model: bool = False
 
 
 MODES = ("train", "train_and_eval", "train_and_post_eval")
@@ -278,12 +280,15 @@ def _train(args: TrainArgs, upload_to: str | None = None) -> dict:
     result = train_lib.run(
         params, model_dir, strategy, mode=args.mode, steps_per_epoch=run_plan.steps_per_epoch,
         on_loop=display.on_loop,
-        on_resume=lambda step: stderr.print(f"resuming from the checkpoint at step {step}"))
+        on_resume=lambda step: stderr.print(f"resuming from the checkpoint at step {step}"),
+        keep_model=args.keep_model)
   if upload_to:
     stderr.print(f"uploading {model_dir} to {upload_to}")
     upload_model_dir(model_dir, upload_to)
   result.update({"experiment": run_plan.experiment, "model_dir": model_dir,
                  "wall_seconds": round(time.monotonic() - start, 3)})
+  if args.keep_model:
+    result["params"] = params
   return result
 
 

@@ -172,11 +172,12 @@ def _latest_step(model_dir: str) -> int:
 def run(params: cfg.ExperimentConfig, model_dir: str, strategy: tf.distribute.Strategy,
         mode: str = "train_and_eval", steps_per_epoch: int = 0,
         on_loop: Callable[[LoopReport], None] = lambda report: None,
-        on_resume: Callable[[int], None] = lambda step: None) -> dict:
+        on_resume: Callable[[int], None] = lambda step: None, keep_model: bool = False) -> dict:
   """Trains (and evaluates) `params` in `model_dir`; resumes from its latest checkpoint.
 
   Returns {"status", "step", "resumed_from", "eval_metrics", "seconds", "num_replicas", "loops"
-  ([steps, seconds] per train loop), "eval_seconds" (the final evaluation)}; raises
+  ([steps, seconds] per train loop), "eval_seconds" (the final evaluation)}, plus "model" (the
+  trained Keras model) with `keep_model`, for a caller that times or measures it; raises
   NonFiniteLossError (after writing job_status.json) when the loss stops being finite, and
   nascli's `interrupts.Interrupted` on SIGINT/SIGTERM: the signal waits for the end of the
   training loop it lands in, a checkpoint of that step is saved, and job_status.json says
@@ -312,6 +313,8 @@ def run(params: cfg.ExperimentConfig, model_dir: str, strategy: tf.distribute.St
             "num_replicas": strategy.num_replicas_in_sync,
             "loops": [[n, round(t, 4)] for n, t in (actions[0].loops if actions else [])],
             "eval_seconds": round(eval_seconds, 3)}
+  if keep_model:
+    result["model"] = runner.trainer.model
   if chief:
     job_status.write(model_dir, job_status.COMPLETED, step=step, eval_metrics=metrics,
                      num_replicas=strategy.num_replicas_in_sync)

@@ -84,6 +84,19 @@ Tournament = Annotated[Optional[int], typer.Option(
 Overwrite = Annotated[bool, typer.Option(
     *flag("overwrite"), help="Start over in a job dir made with other settings.")]
 AsJson = Annotated[bool, typer.Option(*flag("json"), help="Print the trials as JSON.")]
+TRIAL_ISOLATIONS = ("worker", "process")  # nascli.search.executors' registry, spelled out
+TrialIsolation = Annotated[str, typer.Option(
+    *flag("trial_isolation"), help="worker: warm worker processes run trial after trial"
+    " (TensorFlow loaded once; a worker whose trial failed is replaced); process: a fresh"
+    " process per trial.")]
+MaxTrialsPerWorker = Annotated[int, typer.Option(
+    *flag("max_trials_per_worker"), help="Trials a warm worker runs before a fresh one takes"
+    " over (memory cannot creep).")]
+ExportTopK = Annotated[int, typer.Option(
+    *flag("export_top_k"), help="At the end, export a SavedModel (TRIAL/export) of the K best"
+    " trials; any other: `nascli export --model_dir JOB/TRIAL`.")]
+ExportEveryTrial = Annotated[bool, typer.Option(
+    *flag("export_every_trial"), help="Each trial exports its SavedModel as it ends.")]
 
 
 def search_args(prebuilt_search_space, search_space_module, search_algorithm, seed,
@@ -91,6 +104,7 @@ def search_args(prebuilt_search_space, search_space_module, search_algorithm, se
                 target_device_latency_ms, latency_constraint, latency_weight, local_output_dir,
                 experiment, config_file, params_override, training_data_path,
                 validation_data_path, dataset_dir, population_size, tournament_size, overwrite,
+                trial_isolation, max_trials_per_worker, export_top_k, export_every_trial,
                 **extra):
   """The SearchArgs the shared flags describe (`extra`: fields only one command has)."""
   # pylint: disable=g-import-not-at-top
@@ -107,7 +121,9 @@ def search_args(prebuilt_search_space, search_space_module, search_algorithm, se
       latency_weight=latency_weight, experiment=experiment, config_files=list(config_file or []),
       params_override=params_override, training_data_path=training_data_path,
       validation_data_path=validation_data_path, dataset_dir=dataset_dir, overwrite=overwrite,
-      algorithm_options=options, **extra)
+      algorithm_options=options, trial_isolation=trial_isolation,
+      max_trials_per_worker=max_trials_per_worker, export_top_k=export_top_k,
+      export_every_trial=export_every_trial, **extra)
 
 
 def from_flags(values: dict, **extra):
@@ -159,6 +175,14 @@ def _counts(values: dict[str, Any]) -> None:
   _at_least(values, "max_nas_trial", 1)
   _at_least(values, "max_parallel_nas_trial", 1)
   _at_least(values, "max_failed_nas_trial", 0)
+  _at_least(values, "max_trials_per_worker", 1)
+  _at_least(values, "export_top_k", 0)
+
+
+@_check
+def _isolation(values: dict[str, Any]) -> None:
+  if values["trial_isolation"] not in TRIAL_ISOLATIONS:
+    raise _unknown("trial_isolation", values["trial_isolation"], TRIAL_ISOLATIONS)
 
 
 @_check

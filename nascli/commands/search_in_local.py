@@ -26,6 +26,10 @@ def search_in_local(
     population_size: f.Population = None,
     tournament_size: f.Tournament = None,
     overwrite: f.Overwrite = False,
+    trial_isolation: f.TrialIsolation = "worker",
+    max_trials_per_worker: f.MaxTrialsPerWorker = 10,
+    export_top_k: f.ExportTopK = 3,
+    export_every_trial: f.ExportEveryTrial = False,
     as_json: f.AsJson = False,
 ) -> None:
   """Search architectures on this machine: trials in parallel (one GPU each when there are

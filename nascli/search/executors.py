@@ -112,11 +112,35 @@ class Executor(abc.ABC):
     pass
 
 
+_LOCAL_EXECUTORS: dict[str, type[Executor]] = {}
+
+
+def register_local_executor(isolation: str):
+  """Registers the executor class of a --trial_isolation value."""
+  def register(cls):
+    _LOCAL_EXECUTORS[isolation] = cls
+    return cls
+  return register
+
+
+def local_executor(isolation: str, **kwargs) -> Executor:
+  """The executor of `search_in_local` for a --trial_isolation value."""
+  from nascli.search import warm_workers  # noqa: F401  pylint: disable=g-import-not-at-top,unused-import
+  cls = _LOCAL_EXECUTORS.get(isolation)
+  if cls is None:
+    from nascli.errors import NascliError  # pylint: disable=g-import-not-at-top
+    raise NascliError(f"unknown --trial_isolation {isolation!r}; known:"
+                      f" {', '.join(sorted(_LOCAL_EXECUTORS))}")
+  return cls(**kwargs)
+
+
+@register_local_executor("process")
 class LocalExecutor(Executor):
   """Trial processes on this machine, one GPU each when there are GPUs, else sharing the CPU."""
 
-  def __init__(self, stderr_print=functools.partial(print, file=sys.stderr)):
-    self._print = stderr_print
+  def __init__(self, stderr_print=None, **unused):
+    del unused  # options of other isolations
+    self._print = stderr_print or functools.partial(print, file=sys.stderr)
 
   def slots(self, max_parallel: int) -> list[Any]:
     gpus = local_gpus()

@@ -45,7 +45,8 @@ from nascli.search.trial import TrialSpec
 stderr = Console(stderr=True)
 # Settings that may change when a search is resumed (they do not change what a trial is).
 MUTABLE = ("max_nas_trial", "max_parallel_nas_trial", "max_failed_nas_trial",
-           "max_trial_retries")
+           "max_trial_retries", "trial_isolation", "max_trials_per_worker", "export_top_k",
+           "export_every_trial")
 # Off a terminal, the pace of the progress line on stderr (seconds); the env var overrides it.
 
 
@@ -71,6 +72,10 @@ class SearchArgs:
   dataset_dir: str | None = None
   overwrite: bool = False
   algorithm_options: dict[str, Any] = dataclasses.field(default_factory=dict)
+  trial_isolation: str = "worker"  # executors.local_executor: warm workers, or a process each
+  max_trials_per_worker: int = 10
+  export_top_k: int = 3  # SavedModels of the best trials, at the end
+  export_every_trial: bool = False
 
   def settings(self) -> dict[str, Any]:
     """What defines the search (and so must match on resume)."""
@@ -93,7 +98,9 @@ class SearchLoop:
 
   def __init__(self, args: SearchArgs, executor: executors.Executor | None = None):
     self.args = args
-    self.executor = executor or executors.LocalExecutor(stderr.print)
+    self.executor = executor or executors.local_executor(
+        args.trial_isolation, stderr_print=stderr.print,
+        max_trials_per_worker=args.max_trials_per_worker)
     reward_lib.check(args.latency_constraint, args.target_device_latency_ms, args.latency_weight)
     if args.max_nas_trial < 1 or args.max_parallel_nas_trial < 1:
       raise NascliError("--max_nas_trial and --max_parallel_nas_trial must be at least 1")
@@ -130,7 +137,8 @@ class SearchLoop:
         params_override=a.params_override, training_data_path=a.training_data_path,
         validation_data_path=a.validation_data_path, dataset_dir=_absolute(a.dataset_dir),
         target_latency_ms=a.target_device_latency_ms, latency_constraint=a.latency_constraint,
-        latency_weight=a.latency_weight, spawned_at=time.time())
+        latency_weight=a.latency_weight, seed=a.seed, export_saved_model=a.export_every_trial,
+        spawned_at=time.time())
 
   def _start(self, state: journal_lib.JobState, trial_id: str, slot: Any) -> _Running:
     proposal = state.proposals[trial_id]
@@ -249,7 +257,44 @@ class SearchLoop:
       raise NascliError(stop_reason)
     if stop_reason:
       stderr.print(stop_reason)
+    self._export_best(state)
     return state
+
+  def _export_best(self, state: journal_lib.JobState) -> None:
+    """SavedModels (TRIAL/export) of the --export_top_k best completed trials that have none,
+    in one warm worker on this machine (the job dir is local or gs://, so it reaches every
+    trial's folder). A failed export is reported and leaves the search's results as they are;
+    an interrupted one is done by the same command run again."""
+    a = self.args
+    completed = sorted(state.trial_ids(journal_lib.COMPLETED), key=lambda t: -state.rewards[t])
+    best = [t for t in completed[:a.export_top_k]
+            if not storage.exists(storage.join(a.job_dir, t, "export", "saved_model",
+                                               "saved_model.pb"))]
+    if not best:
+      return
+    from nascli.search import warm_workers  # pylint: disable=g-import-not-at-top
+    stderr.print(f"exporting the SavedModel of the best trial(s): {', '.join(best)}",
+                 highlight=False)
+    log = os.path.join(self.work_dir, warm_workers.WORKER_LOGS, "export.log")
+    worker = (warm_workers.take_idle_worker(self.executor)
+              or warm_workers.Worker(None, os.getcwd(), log, max_requests=1))
+    try:
+      request = worker.submit("export", log,
+                              trial_dirs=[storage.join(a.job_dir, t) for t in best])
+      while (code := worker.result(request)) is None and worker.exit_code() is None:
+        time.sleep(0.2)
+      code = worker.result(request) if code is None else code
+    except KeyboardInterrupt as e:
+      worker.signal(interrupts.signal_of(e))
+      worker.close(executors.INTERRUPT_GRACE_S)
+      raise interrupts.Interrupted.of(
+          e, f"exporting the best trials of {a.job_dir} (the search itself is done)",
+          "run the same command again to finish the exports") from None
+    worker.close()
+    if code != 0:
+      stderr.print(f"warning: exporting did not finish for every trial (code {code}); see"
+                   f" {log}, or run `nascli export --model_dir {storage.join(a.job_dir, best[0])}`",
+                   highlight=False)
 
   def _search(self) -> tuple[journal_lib.JobState, str | None]:
     """The loop, under the journal's writer lock; returns the final state and why it stopped

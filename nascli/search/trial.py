@@ -1,8 +1,10 @@
-"""One NAS trial in its own process: train, evaluate, export, time, reward.
+"""One NAS trial: train, evaluate, time, reward (and, when asked, export).
 
-The search controller starts `python -m nascli.search.trial SPEC.json` per trial, so a trial that
-crashes, runs out of memory or hangs cannot take the search down, and each trial can be pinned
-to one GPU with CUDA_VISIBLE_DEVICES. The outcome is in the trial directory:
+A trial runs in a warm worker process (nascli/search/worker.py: TensorFlow imported once, trial
+after trial) or, with `--trial_isolation process`, in a process of its own (`python -m
+nascli.search.trial SPEC.json`); either way outside the driver, so a trial that crashes, runs out
+of memory or hangs cannot take the search down, and each can be pinned to one GPU with
+CUDA_VISIBLE_DEVICES. The outcome is in the trial directory:
 `model_analysis.json` and `job_status.json` (completed / failed / failed_with_nan /
 interrupted: the driver passed on a Ctrl-C or SIGTERM, and the trial runs again on resume).
 """
@@ -22,6 +24,8 @@ from nascli import interrupts
 from nascli import storage
 from nascli.errors import NascliError
 
+# Tests only: the trial with this id kills its own process (os.abort) as it starts.
+ABORT_HOOK = "NASCLI_TEST_ABORT_TRIAL"
 _CHECKPOINT_PATH = re.compile(r'^model_checkpoint_path:\s*"[^"]*?(\d+)"\s*$', re.M)
 
 
@@ -41,7 +45,9 @@ class TrialSpec:
   latency_constraint: str = "soft"
   latency_weight: float = 0.07
   latency_runs: int = 20
-  spawned_at: float | None = None  # time.time() when the driver started the process
+  seed: int | None = None  # the search's --seed: a trial trains the same wherever it runs
+  export_saved_model: bool = False  # --export_every_trial
+  spawned_at: float | None = None  # time.time() when the driver asked for the attempt
 
   @property
   def trial_dir(self) -> str:
@@ -117,21 +123,23 @@ def timing_breakdown(spec: TrialSpec, ready: float, phases: dict[str, float],
 
   The step work is the steps at the steady per-step time (loops after the first); the first
   loop's excess over that is graph tracing and input pipeline start, counted as overhead.
+  `startup_s` is the wait from the driver's request to the trial's start: a fresh process's
+  start and imports, or, in a warm worker, what was left of its start when the request came.
   """
   loops = train_result.get("loops") or []
   steps = sum(n for n, _ in loops)
   steady = [t / n for n, t in loops[1:] if n] or [t / n for n, t in loops if n]
   step_s = statistics.median(steady) * steps if steady else 0.0
   eval_s = train_result.get("eval_seconds", 0.0)
-  startup = ready - spec.spawned_at if spec.spawned_at else None
+  startup = max(0.0, ready - spec.spawned_at) if spec.spawned_at else None
   timing = {
-      "startup_s": startup,  # process start, TensorFlow and Model Garden imports
+      "startup_s": startup,
       "train_total_s": phases["train"],
       "train_steps_s": step_s,
       "eval_s": eval_s,
       # config, task and model build, tracing, checkpoints
       "train_overhead_s": phases["train"] - step_s - eval_s,
-      "export_s": phases["export"],
+      "export_s": phases.get("export", 0.0),  # only with --export_every_trial
       "latency_s": phases["latency"],
       "analysis_s": phases["analysis"],
   }
@@ -142,21 +150,25 @@ def timing_breakdown(spec: TrialSpec, ready: float, phases: dict[str, float],
   return {k: None if v is None else round(v, 3) for k, v in timing.items()}
 
 
-def run(spec: TrialSpec) -> dict:
-  """Runs the trial; returns model_analysis (raises on failure, after recording it)."""
+def run(spec: TrialSpec, ready: float | None = None) -> dict:
+  """Runs the trial; returns model_analysis (raises on failure, after recording it).
+
+  Lean: latency is timed on the trained model's serving function in memory (the graph the
+  SavedModel would serve) and params/FLOPs are read off that model; the SavedModel itself is
+  exported only with `export_saved_model` (the search exports its best trials at the end).
+  """
   # pylint: disable=g-import-not-at-top
-  import tensorflow as tf
   from nascli import training
   from nascli.search import reward
-  from official.core import task_factory
-  from tf_vision import job_status, model_dir as model_dir_lib
+  from tf_vision import job_status
   from tf_vision.search_spaces import nas_params as nas_params_lib
   from tf_vision.serving import export_lib, latency
   binding = binding_for(spec.search_space)
+  ready = time.time() if ready is None else ready
   os.makedirs(spec.trial_dir, exist_ok=True)
   _write_json(os.path.join(spec.trial_dir, "nas_params_str.json"), spec.nas_params)
   _, block_specs = nas_params_lib.decode(spec.search_space, spec.nas_params)
-  phases, clock, ready = {}, time.monotonic(), time.time()
+  phases, clock = {}, time.monotonic()
 
   def lap(name: str) -> None:
     nonlocal clock
@@ -169,22 +181,25 @@ def run(spec: TrialSpec) -> dict:
       config_files=spec.config_files, params_override=spec.params_override,
       training_data_path=spec.training_data_path,
       validation_data_path=spec.validation_data_path, dataset_dir=spec.dataset_dir,
-      model_dir=spec.trial_dir, extra_options=backbone_override(binding, block_specs)))
+      model_dir=spec.trial_dir, extra_options=backbone_override(binding, block_specs),
+      seed=spec.seed, keep_model=True))
   lap("train")
   metrics = result["eval_metrics"]
   if binding.metric not in metrics:
     raise NascliError(f"trial {spec.trial_id}: evaluation gave no {binding.metric!r}")
   accuracy = metrics[binding.metric]
-  params = model_dir_lib.load_params(spec.trial_dir)
-  checkpoint = tf.train.latest_checkpoint(spec.trial_dir)
-  saved_model = export_lib.export(params, checkpoint, os.path.join(spec.trial_dir, "export"),
-                                  input_type="image_tensor", overwrite=True)
-  lap("export")
-  latency_report = latency.measure_latency(saved_model, batch_sizes=(1,), runs=spec.latency_runs)
+  params, model = result.pop("params"), result.pop("model")
+  if spec.export_saved_model:
+    import tensorflow as tf  # pylint: disable=g-import-not-at-top
+    export_lib.export(params, tf.train.latest_checkpoint(spec.trial_dir),
+                      os.path.join(spec.trial_dir, "export"), input_type="image_tensor",
+                      overwrite=True)
+    lap("export")
+  latency_report = latency.measure_model_latency(params, model, batch_sizes=(1,),
+                                                 runs=spec.latency_runs)
   latency_ms = latency_report["batch"]["1"]["median_ms"]
   lap("latency")
-  num_params, flops = model_size(task_factory.get_task(params.task).build_model(),
-                                 list(params.task.model.input_size))
+  num_params, flops = model_size(model, list(params.task.model.input_size))
   lap("analysis")
   analysis = {
       "trial_id": spec.trial_id,
@@ -196,7 +211,7 @@ def run(spec: TrialSpec) -> dict:
       "params": num_params,
       "flops": flops,
       "eval_metrics": metrics,
-      "latency": latency_report,
+      "latency": dict(latency_report, measured_on="serving function of the trained model"),
       "step": result["step"],
       "seconds": result["wall_seconds"],
       "timing": timing_breakdown(spec, ready, phases, result),
@@ -239,43 +254,39 @@ def mark_interrupted(trial_dir: str, signum: int) -> bool:
   return True
 
 
-def main(argv: list[str]) -> int:
-  """Entry point of the trial process; the outcome goes to the trial dir, not only stdout.
+def read_spec(spec_path: str) -> TrialSpec:
+  with open(spec_path, encoding="utf-8") as f:
+    return TrialSpec(**json.load(f))
+
+
+def attempt(spec_path: str) -> int:
+  """Runs one attempt of the trial in `spec_path` in this process (a fresh trial process or a
+  warm worker); returns its exit code. The outcome goes to the trial dir, not only the log.
 
   The driver passes a Ctrl-C or SIGTERM on to the trial (interrupts.handled raises it as
-  Interrupted): the trial records `interrupted` and exits 130 / 143 with one line in its log.
+  Interrupted): the trial records `interrupted` and returns 130 / 143 with one line in its log.
   """
-  with interrupts.handled():
-    try:
-      return _main(argv)
-    except KeyboardInterrupt as e:
-      with open(argv[0], encoding="utf-8") as f:
-        spec = TrialSpec(**json.load(f))
-      mark_interrupted(spec.trial_dir, interrupts.signal_of(e))
-      step = checkpoint_step(spec.trial_dir)
-      line = interrupts.Interrupted.of(
-          e, f"trial {spec.trial_id}" + (f" (checkpoint at step {step})" if step else ""),
-          "the search runs it again when it resumes").message()
-      print(line, file=sys.stderr)
-      return interrupts.exit_code(e)
-
-
-def _main(argv: list[str]) -> int:
   # pylint: disable=g-import-not-at-top
-  from nascli import frameworks
-  from nascli.app import _quiet_libraries
-  _quiet_libraries()
-  frameworks.load()
   from tf_vision import job_status
   from tf_vision.train_lib import NonFiniteLossError
-  with open(argv[0], encoding="utf-8") as f:
-    spec = TrialSpec(**json.load(f))
+  ready = time.time()
+  spec = read_spec(spec_path)
+  if os.environ.get(ABORT_HOOK) == spec.trial_id:
+    os.abort()  # tests: a trial whose process dies under it (as a segfault or OOM kill would)
   try:
-    run(spec)
+    run(spec, ready)
     return 0
+  except KeyboardInterrupt as e:
+    mark_interrupted(spec.trial_dir, interrupts.signal_of(e))
+    step = checkpoint_step(spec.trial_dir)
+    line = interrupts.Interrupted.of(
+        e, f"trial {spec.trial_id}" + (f" (checkpoint at step {step})" if step else ""),
+        "the search runs it again when it resumes").message()
+    print(line, file=sys.stderr, flush=True)
+    return interrupts.exit_code(e)
   except NonFiniteLossError as e:
     job_status.write(spec.trial_dir, job_status.FAILED_WITH_NAN, reason=str(e))
-    print(f"Error: {e}", file=sys.stderr)
+    print(f"Error: {e}", file=sys.stderr, flush=True)
     return 1
   except Exception as e:  # pylint: disable=broad-except
     # Any failure of one architecture (including out-of-memory) ends this trial, not the search.
@@ -285,8 +296,22 @@ def _main(argv: list[str]) -> int:
     status = job_status.read(spec.trial_dir) or {}
     if status.get("status") != job_status.FAILED_WITH_NAN:
       job_status.write(spec.trial_dir, job_status.FAILED, reason=reason)
-    print(f"Error: {reason}", file=sys.stderr)
+    print(f"Error: {reason}", file=sys.stderr, flush=True)
     return 1
+
+
+def main(argv: list[str]) -> int:
+  """Entry point of a one-trial process (`--trial_isolation process`)."""
+  # pylint: disable=g-import-not-at-top
+  from nascli import frameworks
+  from nascli.app import _quiet_libraries
+  _quiet_libraries()
+  with interrupts.handled():
+    try:
+      frameworks.load()
+    except KeyboardInterrupt as e:  # before the trial began: it runs again on resume
+      return interrupts.exit_code(e)
+    return attempt(argv[0])
 
 
 if __name__ == "__main__":

@@ -108,6 +108,11 @@ def _image_size(params: cfg.ExperimentConfig,
   return size
 
 
+def image_size_of(params: cfg.ExperimentConfig) -> list[int]:
+  """[height, width] the model of `params` is served at."""
+  return _image_size(params, None)
+
+
 def _check_export_dir(export_dir: Path, overwrite: bool) -> None:
   if export_dir.is_symlink() or (export_dir.exists() and
                                  not export_dir.is_dir()):

@@ -12,6 +12,7 @@ import os
 import sys
 from typing import Sequence
 
+from nascli import runtime
 from nascli.errors import NascliError
 
 
@@ -55,11 +56,10 @@ def _write_atomically(path: str, text: str) -> None:
 
 def main(argv: Sequence[str] | None = None) -> int:
   args = _parser().parse_args(argv)
-  # pylint: disable=g-import-not-at-top
-  from nascli.app import _quiet_libraries
-  _quiet_libraries()
+  runtime.quiet_libraries()
   try:
-    from tf_vision.serving import latency
+    from tf_vision.serving import latency  # pylint: disable=g-import-not-at-top
+    runtime.request()  # TensorFlow is loaded: end as nascli does, without its teardown
     report = latency.measure_latency(
         args.saved_model_dir, input_type=args.input_type, batch_sizes=args.batch_sizes,
         warmup=args.warmup, runs=args.runs, image_size=args.image_size,
@@ -75,4 +75,4 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 if __name__ == '__main__':
-  sys.exit(main())
+  runtime.finish(main())

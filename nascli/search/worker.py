@@ -1,0 +1,147 @@
+"""A warm trial worker: TensorFlow and Model Garden imported once, then trial after trial.
+
+`python -m nascli.search.worker --reply_fd FD [--max_requests K]` reads requests from stdin,
+one JSON object a line, runs each in this process with its output in the request's log file,
+and answers on FD (a pipe the driver holds): `{"event": "ready"}` once the imports are done,
+then `{"event": "done", "id": N, "returncode": C}` per request. The exit code of a request is
+the one a one-trial process (`python -m nascli.search.trial`) would have exited with, so the
+search loop treats both alike.
+
+It ends when stdin closes (the driver is done with it, or died), after a request that failed
+(whatever state a failure left behind goes with the process: the driver starts a fresh worker),
+after K requests (so that memory cannot creep), or on SIGINT / SIGTERM (the trial in progress
+records `interrupted` first). Between requests, Keras's global state is cleared. A driver
+killed outright takes its workers with it (PR_SET_PDEATHSIG, set by the driver as it starts
+them; see warm_workers.py).
+"""
+
+import argparse
+import contextlib
+import gc
+import json
+import os
+import sys
+import time
+from typing import Any, Callable, Iterator
+
+from nascli import interrupts
+
+# kind -> what a request of that kind runs; returns the request's exit code.
+_HANDLERS: dict[str, Callable[[dict[str, Any]], int]] = {}
+
+
+def handler(kind: str):
+  """Registers the function that serves requests of `kind`."""
+  def register(fn: Callable[[dict[str, Any]], int]) -> Callable[[dict[str, Any]], int]:
+    _HANDLERS[kind] = fn
+    return fn
+  return register
+
+
+@handler("trial")
+def _trial(request: dict[str, Any]) -> int:
+  from nascli.search import trial  # pylint: disable=g-import-not-at-top
+  return trial.attempt(request["spec"])
+
+
+@handler("export")
+def _export(request: dict[str, Any]) -> int:
+  """SavedModels of finished trials (the search's best, at its end): `trial_dirs` (folders or
+  gs:// URLs) each into its `export/`; one that fails is reported and the others go on."""
+  # pylint: disable=g-import-not-at-top
+  from nascli import exporting, storage
+  failed = 0
+  for trial_dir in request["trial_dirs"]:
+    export_dir = storage.join(trial_dir, "export")
+    try:
+      exporting.export(exporting.ExportArgs(model_dir=trial_dir, export_dir=export_dir,
+                                            overwrite=True))
+      print(f"exported {trial_dir} to {export_dir}", file=sys.stderr, flush=True)
+    except Exception as e:  # pylint: disable=broad-except
+      failed += 1
+      print(f"Error: exporting {trial_dir}: {' '.join(str(e).split())[:300]}", file=sys.stderr,
+            flush=True)
+  return 1 if failed else 0
+
+
+@contextlib.contextmanager
+def _output_to(log_path: str) -> Iterator[None]:
+  """This process's stdout and stderr (file descriptors 1 and 2, so that TensorFlow's C++ logs
+  follow) go to `log_path` for the request, and back afterwards."""
+  for stream in (sys.stdout, sys.stderr):
+    stream.flush()
+  saved = [os.dup(1), os.dup(2)]
+  log = os.open(log_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+  try:
+    os.dup2(log, 1)
+    os.dup2(log, 2)
+    yield
+  finally:
+    for stream in (sys.stdout, sys.stderr):
+      try:
+        stream.flush()
+      except (OSError, ValueError):
+        pass
+    os.dup2(saved[0], 1)
+    os.dup2(saved[1], 2)
+    for fd in (log, *saved):
+      os.close(fd)
+
+
+def _reset() -> None:
+  """What one trial leaves in the process that the next must not see."""
+  import tf_keras  # pylint: disable=g-import-not-at-top
+  tf_keras.backend.clear_session()
+  gc.collect()
+
+
+def serve(requests, reply, max_requests: int) -> int:
+  """Answers `requests` (a text stream) on `reply` until one of the ends in the docstring."""
+  served = 0
+  while True:
+    line = requests.readline()
+    if not line:
+      return 0  # the driver closed the channel
+    request = json.loads(line)
+    with _output_to(request["log"]):
+      code = _HANDLERS[request["kind"]](request)
+    reply.write(json.dumps({"event": "done", "id": request["id"], "returncode": code}) + "\n")
+    reply.flush()
+    served += 1
+    if code != 0:
+      return code if code in (130, 143) else 0
+    if served >= max_requests:
+      return 0
+    _reset()
+
+
+def main(argv: list[str]) -> int:
+  parser = argparse.ArgumentParser(prog="python -m nascli.search.worker")
+  parser.add_argument("--reply_fd", type=int, required=True)
+  parser.add_argument("--max_requests", type=int, default=10)
+  args = parser.parse_args(argv)
+  reply = os.fdopen(args.reply_fd, "w", encoding="utf-8")
+  # pylint: disable=g-import-not-at-top
+  from nascli import frameworks
+  from nascli.app import _quiet_libraries
+  _quiet_libraries()
+  start = time.monotonic()
+  with interrupts.handled():
+    try:
+      frameworks.load()
+      from nascli.search import trial  # noqa: F401  pylint: disable=unused-import
+      reply.write(json.dumps({"event": "ready", "pid": os.getpid(),
+                              "start_s": round(time.monotonic() - start, 3)}) + "\n")
+      reply.flush()
+      return serve(sys.stdin, reply, args.max_requests)
+    except KeyboardInterrupt as e:  # between requests: nothing to record
+      return interrupts.exit_code(e)
+    except BrokenPipeError:  # the driver is gone
+      return 0
+
+
+if __name__ == "__main__":
+  # pylint: disable=g-import-not-at-top
+  from nascli import process_exit
+  process_exit.request()  # a worker that served nothing exits fast as well
+  process_exit.finish(main(sys.argv[1:]))
