@@ -12,20 +12,47 @@ from tf_vision.serving import export_lib, latency
 INPUT_TYPES = ("image_tensor", "image_bytes", "tf_example")
 
 
-@pytest.fixture(scope="module")
-def exports(tmp_path_factory):
-  """A ResNet-10 32x32 classifier exported once per input type, plus a fixed-batch export."""
-  root = tmp_path_factory.mktemp("latency")
+def _resnet10():
   params = exp_factory.get_exp_config("resnet_imagenet")
   params.task.model.backbone.resnet.model_id = 10
   params.task.model.input_size = [32, 32, 3]
   params.task.model.num_classes = 10
-  model = task_factory.get_task(params.task).build_model()
+  return params, task_factory.get_task(params.task).build_model()
+
+
+@pytest.fixture(scope="module")
+def exports(tmp_path_factory):
+  """A ResNet-10 32x32 classifier exported once per input type, plus a fixed-batch export."""
+  root = tmp_path_factory.mktemp("latency")
+  params, model = _resnet10()
   ckpt = tf.train.Checkpoint(model=model).save(str(root / "ckpt" / "ckpt"))
   out = {t: export_lib.export(params, ckpt, root / t, input_type=t) for t in INPUT_TYPES}
   # No checkpoint: initialized weights are enough to time an architecture.
   out["fixed_batch_2"] = export_lib.export(params, None, root / "fixed", batch_size=2)
+  out["params"], out["model"] = params, model
   return out
+
+
+@pytest.mark.parametrize("input_type", ["image_tensor", "tf_example"])
+def test_in_memory_serving_function_is_the_saved_models(exports, input_type):
+  """What a search trial times without exporting computes what the SavedModel serves, for the
+  same model and inputs; and its report has the SavedModel report's form."""
+  function = latency.serving_function(exports["params"], exports["model"], input_type)
+  saved = tf.saved_model.load(exports[input_type]).signatures["serving_default"]
+  (name,) = saved.structured_input_signature[1]
+  inputs = latency.make_inputs(input_type, 3, [32, 32])
+  ours, theirs = function(inputs), saved(**{name: inputs})
+  assert sorted(ours) == sorted(theirs) and "logits" in ours
+  for key in ours:
+    assert ours[key].shape[0] == 3
+    np.testing.assert_allclose(ours[key].numpy(), theirs[key].numpy(), rtol=1e-5, atol=1e-5)
+  report = latency.measure_model_latency(exports["params"], exports["model"],
+                                         input_type=input_type, batch_sizes=(1, 2), runs=5)
+  on_disk = latency.measure_latency(exports[input_type], input_type=input_type,
+                                    batch_sizes=(1, 2), runs=5)
+  assert sorted(report) == sorted(on_disk) and sorted(report["batch"]) == ["1", "2"]
+  assert report["image_size"] == on_disk["image_size"] == [32, 32]
+  assert all(s["runs"] == 5 and s["median_ms"] > 0 for s in report["batch"].values())
 
 
 @pytest.mark.parametrize("input_type", INPUT_TYPES)

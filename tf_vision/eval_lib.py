@@ -4,6 +4,7 @@ import json
 import os
 
 import tensorflow as tf
+import tf_keras
 
 from nascli.errors import NascliError
 from official.core import base_trainer, config_definitions as cfg, task_factory
@@ -52,26 +53,41 @@ def _value(v):
     return None
 
 
+def can_reuse_model(strategy: tf.distribute.Strategy) -> bool:
+  """A model trained under `strategy` can be evaluated as it is, without a rebuild: one replica
+  on one worker (elsewhere its variables are distributed and the evaluation strategy differs)."""
+  resolver = getattr(strategy, "cluster_resolver", None)
+  return (strategy.num_replicas_in_sync == 1 and _evaluation_strategy(strategy) is strategy
+          and (resolver is None or not resolver.cluster_spec().as_dict()))
+
+
 def evaluate(params: cfg.ExperimentConfig, checkpoint: str, strategy: tf.distribute.Strategy,
-             steps: int = -1, summary_dir: str | None = None) -> dict:
+             steps: int = -1, summary_dir: str | None = None,
+             trained: tuple[tf_keras.Model, int] | None = None) -> dict:
   """Metrics of `checkpoint` on params.task.validation_data (all of it when steps is -1).
 
   With `summary_dir`, the metrics also go to TensorBoard there at the checkpoint's step.
+  `trained`: (the model that was just trained and saved as `checkpoint`, its step), evaluated as
+  it is (see can_reuse_model): the same weights and graph as the checkpoint's, without building
+  the model again and reading the checkpoint back.
   """
   strategy = _evaluation_strategy(strategy)
   with strategy.scope():
     task = task_factory.get_task(params.task)
-    model = task.build_model()
+    model = trained[0] if trained else task.build_model()
     optimizer = task.create_optimizer(params.trainer.optimizer_config, params.runtime)
     trainer = base_trainer.Trainer(params, task, model=model, optimizer=optimizer, train=False,
                                    evaluate=True)
-  status = trainer.checkpoint.read(checkpoint)
-  status.expect_partial()
-  try:
-    status.assert_existing_objects_matched()
-  except AssertionError as e:
-    raise NascliError(f"checkpoint {checkpoint} does not match the model in params.yaml:"
-                      f" {' '.join(str(e).split())[:160]}") from None
+  if trained:
+    trainer.global_step.assign(trained[1])
+  else:
+    status = trainer.checkpoint.read(checkpoint)
+    status.expect_partial()
+    try:
+      status.assert_existing_objects_matched()
+    except AssertionError as e:
+      raise NascliError(f"checkpoint {checkpoint} does not match the model in params.yaml:"
+                        f" {' '.join(str(e).split())[:160]}") from None
   logs = trainer.evaluate(tf.convert_to_tensor(steps, dtype=tf.int32))
   metrics = {k: _value(v) for k, v in logs.items() if _value(v) is not None}
   step = int(trainer.global_step.numpy())

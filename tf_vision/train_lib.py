@@ -242,6 +242,10 @@ def run(params: cfg.ExperimentConfig, model_dir: str, strategy: tf.distribute.St
     def _maybe_build_checkpoint_manager(self):
       manager = super()._maybe_build_checkpoint_manager()
       latest = tf.train.latest_checkpoint(model_dir)
+      if manager is not None and latest is None and manager.checkpoint_interval:
+        # A fresh run's first checkpoint is at checkpoint_interval, not at the end of its first
+        # loop (TensorFlow's manager saves whenever it has not saved yet): one write less.
+        manager._last_checkpoint_step = 0  # pylint: disable=protected-access
       if manager is None or self.strategy.extended.should_checkpoint or latest is None:
         return manager
       # Model Garden gives a non-chief worker a fresh temporary checkpoint dir, where it finds
@@ -288,10 +292,14 @@ def run(params: cfg.ExperimentConfig, model_dir: str, strategy: tf.distribute.St
       checkpoint = (runner.checkpoint_manager.latest_checkpoint
                     or tf.train.latest_checkpoint(model_dir))
       eval_start = time.monotonic()
+      step = int(runner.trainer.global_step.numpy())
+      # The model as trained is the checkpoint's (saved at the last step, see below): no rebuild.
+      trained = ((runner.trainer.model, step) if eval_lib.can_reuse_model(strategy)
+                 and checkpoint and checkpoint.endswith(f"-{step}") else None)
       eval_logs = eval_lib.evaluate(
           params, checkpoint, strategy,
           summary_dir=os.path.join(model_dir, params.trainer.validation_summary_subdir)
-          if chief else None)["metrics"]
+          if chief else None, trained=trained)["metrics"]
       eval_seconds = time.monotonic() - eval_start
   except KeyboardInterrupt as e:  # interrupts.Interrupted too: SIGINT and SIGTERM
     raise _stop_interrupted(e, state, strategy) from None

@@ -225,14 +225,21 @@ def measure_model_latency(params: cfg.ExperimentConfig,
     raise NascliError(f'image_format {image_format!r} is not one of '
                       f'{", ".join(IMAGE_FORMATS)}')
   batches = _check_counts(batch_sizes, warmup, runs)
-  size = export_lib.image_size_of(params)
+  return _report(serving_function(params, model, input_type), input_type,
+                 batches, export_lib.image_size_of(params), image_format,
+                 warmup, runs, 'the trained model')
+
+
+def serving_function(params: cfg.ExperimentConfig, model: tf_keras.Model,
+                     input_type: str = 'image_tensor'):
+  """The concrete `serving_default` function a SavedModel export of `model`
+  would hold (dynamic batch), built around the model in memory."""
   module = export_lib.get_export_module_cls(params.task)(
-      params=copy.deepcopy(params), batch_size=None, input_image_size=size,
-      input_type=input_type, num_channels=3, model=model)
-  signature = module.get_inference_signatures(
+      params=copy.deepcopy(params), batch_size=None,
+      input_image_size=export_lib.image_size_of(params), input_type=input_type,
+      num_channels=3, model=model)
+  return module.get_inference_signatures(
       {input_type: SIGNATURE_KEY})[SIGNATURE_KEY]
-  return _report(signature, input_type, batches, size, image_format, warmup,
-                 runs, 'the trained model')
 
 
 def _report(function: Callable[[tf.Tensor], dict[str, tf.Tensor]],
