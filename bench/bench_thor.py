@@ -551,14 +551,16 @@ def build_recipe(optimizer: str, thor_settings: dict | None, dataset_dir: str, s
   attached, as `nascli train` builds them (also used by bench_thor_startup.py)."""
   # pylint: disable=g-import-not-at-top
   from nascli import training
+  from nascli.run_spec import DataSpec, RunSpec
   from official.core import task_factory
   from tf_vision.optimization import thor
   ov = {"task": {"train_data": {"seed": 1}}}
   if optimizer == "thor" and thor_settings:
     ov["trainer"] = {"optimizer_config": {"optimizer": {"thor": thor_settings}}}
   params = training.plan(training.TrainArgs(
-      experiment=EXPERIMENT, config_files=[str(recipe(optimizer))],
-      params_override=json.dumps(ov), dataset_dir=dataset_dir, mode="train")).params
+      run=RunSpec(experiment=EXPERIMENT, config_files=[str(recipe(optimizer))],
+                  params_override=json.dumps(ov), data=DataSpec(dataset_dir=dataset_dir)),
+      mode="train")).params
   with strategy.scope():
     task = task_factory.get_task(params.task)
     model = task.build_model()

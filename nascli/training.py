@@ -6,7 +6,6 @@ import os
 import shutil
 import sys
 import time
-from typing import Any
 
 from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
@@ -14,42 +13,19 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
 from nascli import process_exit
 from nascli import storage
 from nascli.errors import ConfigValueError, NascliError
+from nascli.run_spec import Architecture, RunSpec
 
 stderr = Console(stderr=True)
 DEFAULT_MODEL_DIR = os.path.join("nascli_output", "train")
-# FastNN keys that choose data and directories: an hparams file may set them instead of options.
-_DATA_KEYS = ("dataset_name", "dataset_dir", "train_files")
 
 
 @dataclasses.dataclass
 class TrainArgs:
-  model: str = "classification"
-  experiment: str | None = None
-  config_files: list[str] = dataclasses.field(default_factory=list)
-  params_override: str | None = None
-  hparams_file: str | None = None
-  training_data_path: str | None = None
-  validation_data_path: str | None = None
-  dataset_name: str | None = None
-  dataset_dir: str | None = None
-  train_files: str | None = None
+  """A `nascli train` run: how its config is made (the run contract) and how it trains."""
+  run: RunSpec = dataclasses.field(default_factory=RunSpec)
   model_dir: str | None = None
-  strategy: str | None = None
-  num_gpus: int | None = None
   mode: str = "train_and_post_eval"
-  keep_checkpoint_max: int | None = None
   verbose: bool = False
-  # Stage 2: one searched architecture (Vertex's nas_params_str: JSON text or a .json file).
-  nas_params_str: str | None = None
-  search_space: str = "mnasnet"
-  # Seeds the initialization and, where the config sets none, task.train_data's seed
-  # and determinism.
-  seed: int | None = None
-  # Config overrides from the caller (e.g. a NAS trial's architecture), applied last.
-  extra_options: dict[str, Any] = dataclasses.field(default_factory=dict)
-  fastnn: dict[str, Any] = dataclasses.field(default_factory=dict)
-  # Stage 2: the search's recipe (tf_vision.configs.stage2.Recipe), beneath the user's sources.
-  recipe: Any = None
   # A search trial measures the model it trained: the result then holds "model" and "params".
   keep_model: bool = False
 
@@ -70,59 +46,21 @@ def _gpu_count() -> int:
 
 def plan(args: TrainArgs):
   """The run plan (final locked config, steps per epoch, notes) for these arguments."""
-  # pylint: disable=g-import-not-at-top
-  from tf_vision import params as params_lib
-  from tf_vision.configs import fastnn
+  from tf_vision import params as params_lib  # pylint: disable=g-import-not-at-top
+  run = args.run
   if args.mode not in MODES:
     raise NascliError(f"unknown --mode {args.mode!r}; known: {', '.join(MODES)}")
-  if args.seed is not None and not 0 <= args.seed < 2**32:
-    raise NascliError(f"--seed {args.seed} is out of range; allowed: 0 to 2**32 - 1")
-  file_hparams = fastnn.parse_hparams_file(args.hparams_file) if args.hparams_file else {}
-  data = params_lib.DataSpec(
-      training_data_path=args.training_data_path,
-      validation_data_path=args.validation_data_path,
-      dataset_name=args.dataset_name or file_hparams.get("dataset_name"),
-      dataset_dir=args.dataset_dir or file_hparams.get("dataset_dir"),
-      train_files=args.train_files or file_hparams.get("train_files"),
-      eval_files=args.fastnn.get("eval_files") or file_hparams.get("eval_files"))
-  if data.dataset_name == "mock":  # FastNN's default: no data set named.
-    data.dataset_name = None
-  if args.training_data_path or args.validation_data_path:
-    data.dataset_name = args.dataset_name
-    data.dataset_dir = args.dataset_dir
-  options = {}
-  if args.keep_checkpoint_max is not None:
-    options = {"trainer": {"max_to_keep": args.keep_checkpoint_max}}
-  options = _merge(options, args.extra_options)
-  experiment = args.experiment
-  if args.nas_params_str:
-    from nascli.search import trial as trial_lib
-    from tf_vision.search_spaces import nas_params as nas_params_lib
-    binding = trial_lib.binding_for(args.search_space)
-    _, block_specs = nas_params_lib.decode(args.search_space, args.nas_params_str)
-    options = _merge(options, trial_lib.backbone_override(binding, block_specs))
-    experiment = experiment or binding.experiment
-    if args.model != binding.model and not args.experiment:
-      args.model = binding.model
+  if run.seed is not None and not 0 <= run.seed < 2**32:
+    raise NascliError(f"--seed {run.seed} is out of range; allowed: 0 to 2**32 - 1")
   gpus = _gpu_count()
-  spec = params_lib.RunSpec(
-      model=args.model, experiment=experiment, config_files=args.config_files,
-      params_override=args.params_override, hparams_file=args.hparams_file, options=options,
-      hparams={k: v for k, v in args.fastnn.items()}, data=data,
-      strategy=args.strategy, num_gpus=args.num_gpus, has_gpu=gpus > 0, gpu_count=gpus,
-      recipe=args.recipe)
-  run_plan = params_lib.build(spec)
+  run_plan = params_lib.build(params_lib.BuildSpec(
+      run=with_architecture(run), has_gpu=gpus > 0, gpu_count=gpus,
+      model_dir=args.model_dir or DEFAULT_MODEL_DIR, mode=args.mode))
   # Plain prints, not Rich: one line each whatever the width, and no markup in the values.
   for line in run_plan.recipe_lines:
     print(line, file=sys.stderr, flush=True)
   for warning in run_plan.warnings:
     print(f"warning: {warning}", file=sys.stderr, flush=True)
-  if args.seed is not None:  # a seeded run is repeatable: tf.data keeps its order too
-    data_config = run_plan.params.task.train_data
-    run_plan.params = run_plan.params.replace(task={"train_data": {
-        "seed": args.seed if data_config.seed is None else data_config.seed,
-        "deterministic": True if data_config.deterministic is None else
-                         data_config.deterministic}})
   # The experiment's validate() does not descend into its fields; the optimizer's values would
   # otherwise fail only when Model Garden builds it, after the model dir is written.
   try:
@@ -130,6 +68,23 @@ def plan(args: TrainArgs):
   except ConfigValueError as e:
     raise e.under("trainer.optimizer_config") from None
   return run_plan
+
+
+def with_architecture(run: RunSpec) -> RunSpec:
+  """The run with its searched architecture as config sources: the backbone as the last
+  override and, unless --experiment says otherwise, the search space's experiment."""
+  if run.architecture is None:
+    return run
+  # pylint: disable=g-import-not-at-top
+  from nascli.search import trial as trial_lib
+  from tf_vision.search_spaces import nas_params as nas_params_lib
+  arch = run.architecture
+  binding = trial_lib.binding_for(arch.search_space)
+  _, block_specs = nas_params_lib.decode(arch.search_space, arch.nas_params)
+  return dataclasses.replace(
+      run, architecture=None, model=run.model if run.experiment else binding.model,
+      experiment=run.experiment or binding.experiment,
+      options=_merge(run.options, trial_lib.backbone_override(binding, block_specs)))
 
 
 def _merge(a: dict, b: dict) -> dict:
@@ -171,9 +126,6 @@ class _Display:
                          sps=f"{report.steps_per_second:.1f}",
                          ips=f"{report.images_per_second:.0f}")
     self.progress.refresh()
-
-
-MULTI_WORKER_FILE_SEED = 20260101
 
 
 def train(args: TrainArgs) -> dict:
@@ -231,7 +183,6 @@ def _train(args: TrainArgs, upload_to: str | None = None) -> dict:
   import tensorflow as tf
   from official.modeling import performance
   from tf_vision import distribute, model_dir as model_dir_lib, train_lib
-  from tf_vision.evaluation import coco_groundtruth
   params = run_plan.params
   for note in run_plan.notes:
     stderr.print(f"note: {note}")
@@ -245,33 +196,20 @@ def _train(args: TrainArgs, upload_to: str | None = None) -> dict:
                       " --model_dir")
   strategy = distribute.build_strategy(params.runtime.distribution_strategy,
                                        params.runtime.num_gpus)
-  if (isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy)
-      and params.task.train_data.seed is None):
-    # Model Garden shuffles the file list before giving each worker its share; unseeded, every
-    # worker draws its own order and the shares overlap. One seed on all workers makes them
-    # disjoint and equal (FastNN's rule, which `convert-data --num_workers` prepares for).
-    params = params.replace(task={"train_data": {"seed": MULTI_WORKER_FILE_SEED}})
   if upload_to and params.runtime.distribution_strategy == "multi_worker_mirrored":
     raise NascliError(f"--model_dir {upload_to}: multi-worker training needs a model dir all"
                       " workers share as it is written, and gs:// model dirs are trained locally"
                       " then uploaded; use a shared file system")
   performance.set_mixed_precision_policy(params.runtime.mixed_precision_dtype)
   tf.io.gfile.makedirs(model_dir)
-  if getattr(params.task, "annotation_file", "unset") is None and args.mode != "train":
-    # COCO metrics need ground truth; see tf_vision/evaluation/coco_groundtruth.py for why a file.
-    names = None
-    if run_plan.dataset_info:
-      names = {c["id"]: c["name"] for c in run_plan.dataset_info["classes"]}
-    gt = coco_groundtruth.write(params.task.validation_data.input_path,
-                                os.path.join(model_dir, "validation_annotations.json"), names)
-    params = params.replace(task={"annotation_file": gt})
-    params.lock()
+  if run_plan.ground_truth:  # the file the config's task.annotation_file names
+    run_plan.ground_truth.write()
   model_dir_lib.write_run_info(model_dir, {"experiment": run_plan.experiment,
                                            "steps_per_epoch": run_plan.steps_per_epoch,
                                            "argv": sys.argv[1:]})
-  if args.seed is not None:  # Model Garden builds the model unseeded
+  if args.run.seed is not None:  # Model Garden builds the model unseeded
     import tf_keras
-    tf_keras.utils.set_random_seed(args.seed)
+    tf_keras.utils.set_random_seed(args.run.seed)
   start = time.monotonic()
   # Orbit prints its own progress with print(): keep stdout for nascli's result, and show
   # Orbit's lines (on stderr) only with --verbose, since the log line and the bar say the same.
@@ -293,30 +231,33 @@ def _train(args: TrainArgs, upload_to: str | None = None) -> dict:
 
 
 def train_search_trials(args: TrainArgs, job_dir: str, trial_numbers: str,
-                        warm_start: bool = False) -> list[dict]:
+                        warm_start: bool = False, search_space: str = "mnasnet") -> list[dict]:
   """Stage 2: retrains searched trials' architectures, each into MODEL_DIR/<trial_id>.
 
   Each starts from its search's recipe (tf_vision/configs/stage2.py: the trial's params.yaml,
   schedule STAGE2_SCHEDULE_FACTOR times longer), beneath --config_file/--params_override; with
-  no data flags it trains on the search's data.
+  no data flags it trains on the search's data. `search_space` (--search_space) is the space of
+  trials whose trial_spec.json does not say.
   """
   from tf_vision.configs import stage2  # pylint: disable=g-import-not-at-top
   ids = [t.strip() for t in trial_numbers.split(",") if t.strip()]
   if not ids:
     raise NascliError("--train_nas_trial_numbers needs trial ids, e.g. 3,7")
   base_dir = args.model_dir or DEFAULT_MODEL_DIR
-  has_data = any((args.dataset_dir, args.training_data_path, args.validation_data_path))
+  run = args.run
+  has_data = any((run.data.dataset_dir, run.data.training_data_path,
+                  run.data.validation_data_path))
   trials = [stage2.read_trial(job_dir, trial_id) for trial_id in ids]  # all checked up front
   results = []
   for trial in trials:
     for note in trial.notes:
       stderr.print(f"note: {note}")
     recipe = trial.recipe
-    if recipe and args.experiment and trial.experiment and args.experiment != trial.experiment:
-      stderr.print(f"note: --experiment {args.experiment} is not the search's"
+    if recipe and run.experiment and trial.experiment and run.experiment != trial.experiment:
+      stderr.print(f"note: --experiment {run.experiment} is not the search's"
                    f" {trial.experiment}: trial {trial.trial_id} starts from its defaults")
       recipe = None
-    extra = dict(args.extra_options)
+    options = dict(run.options)
     if warm_start:
       import tensorflow as tf  # pylint: disable=g-import-not-at-top
       readable = (trial.trial_dir if not storage.is_gcs(trial.trial_dir)
@@ -324,13 +265,15 @@ def train_search_trials(args: TrainArgs, job_dir: str, trial_numbers: str,
       checkpoint = tf.train.latest_checkpoint(readable)
       if checkpoint is None:
         raise NascliError(f"trial {trial.trial_id} of {job_dir} has no checkpoint to start from")
-      extra = _merge(extra, {"task": {"init_checkpoint": checkpoint,
-                                      "init_checkpoint_modules": "backbone"}})
-    data = {} if has_data else trial.data  # no data flags: the search's data
+      options = _merge(options, {"task": {"init_checkpoint": checkpoint,
+                                          "init_checkpoint_modules": "backbone"}})
+    # No data flags: the search's data (the data fields its trials ran with).
+    data = run.data if has_data else dataclasses.replace(run.data, **trial.data)
+    trial_run = dataclasses.replace(
+        run, architecture=Architecture(trial.search_space or search_space,
+                                       trial.nas_params_path),
+        experiment=run.experiment or (trial.experiment if recipe else None), options=options,
+        recipe=recipe, data=data)
     results.append(train(dataclasses.replace(
-        args, nas_params_str=trial.nas_params_path,
-        search_space=trial.search_space or args.search_space,
-        experiment=args.experiment or (trial.experiment if recipe else None),
-        model_dir=storage.join(base_dir, trial.trial_id), extra_options=extra, recipe=recipe,
-        **data)))
+        args, run=trial_run, model_dir=storage.join(base_dir, trial.trial_id))))
   return results

@@ -172,11 +172,13 @@ def test_train_stages_gcs_data_and_uploads_gcs_model_dir(cli, gcs_digits, gcs_pr
 def test_config_file_and_nas_params_from_gcs(gcs_digits, gcs_prefix, cache_dir):
   import pyglove as pg  # pylint: disable=g-import-not-at-top
   from nascli import training  # pylint: disable=g-import-not-at-top
+  from nascli.run_spec import DataSpec, RunSpec  # pylint: disable=g-import-not-at-top
   # pylint: disable=g-import-not-at-top
   from tf_vision.search_spaces import from_nas_params, get_dna_spec, to_nas_params_str
   config = storage.join(gcs_prefix, "short.yaml")
   storage.write_text(config, "trainer:\n  train_steps: 7\n")
-  run_plan = training.plan(training.TrainArgs(dataset_dir=gcs_digits, config_files=[config]))
+  run_plan = training.plan(training.TrainArgs(run=RunSpec(
+      config_files=[config], data=DataSpec(dataset_dir=gcs_digits))))
   assert run_plan.params.trainer.train_steps == 7
   assert run_plan.params.task.model.num_classes == 10  # from the bucket's dataset_info.json
   assert run_plan.params.task.train_data.input_path.startswith(str(cache_dir))  # staged

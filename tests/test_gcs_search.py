@@ -414,8 +414,9 @@ def test_ray_trials_run_on_their_node_and_upload_their_own_folders(searched, cac
     # It ran in the node's temporary folder, from the config files the task carried.
     assert os.path.basename(spec["job_dir"]).startswith("nascli-trial-")
     assert not spec["job_dir"].startswith(staging)
-    assert spec["config_files"] and all(
-        c.startswith(os.path.join(spec["job_dir"], "configs", "")) for c in spec["config_files"])
+    configs = spec["trial"]["run"]["config_files"]
+    assert configs and all(c.startswith(os.path.join(spec["job_dir"], "configs", ""))
+                           for c in configs)
     assert not os.path.exists(spec["job_dir"])  # and the node cleaned up after it
   events = GcsJournal(job).events()
   assert [e["seq"] for e in events] == list(range(1, len(events) + 1))

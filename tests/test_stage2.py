@@ -6,7 +6,6 @@ and nas_params_str.json by the driver, params.yaml and nascli_run.json by the tr
 `nascli.training.train` as it starts), without running a search.
 """
 
-import dataclasses
 import json
 import os
 import shutil
@@ -18,8 +17,10 @@ from conftest import convert_digits32
 from nascli import training
 from nascli.data.convert import ShardingOptions, convert
 from nascli.data.source import ConvertOptions
+from nascli.run_spec import Architecture, DataSpec, RunSpec, TrialSettings
 from nascli.search import trial as trial_lib
 from tf_vision.configs import stage2
+from tf_vision.params import load_yaml_source
 
 TEST_FILES = Path(__file__).resolve().parents[1] / "tf_vision" / "test_files"
 MNASNET_YAML = TEST_FILES / "fast_nas_classification_search_for_testing.yaml"
@@ -43,20 +44,17 @@ def _fake_search_trial(job_dir: Path, trial_id: str, space: str, config_file: Pa
   trial_dir = job_dir / trial_id
   trial_dir.mkdir(parents=True)
   (trial_dir / "nas_params_str.json").write_text(json.dumps(chosen, indent=2))
+  run = RunSpec(config_files=[str(config_file)], data=DataSpec(dataset_dir=data_dir))
   spec = trial_lib.TrialSpec(job_dir=str(job_dir), trial_id=trial_id, search_space=space,
-                             nas_params=chosen, config_files=[str(config_file)],
-                             dataset_dir=data_dir)
-  (trial_dir / "trial_spec.json").write_text(json.dumps(dataclasses.asdict(spec), indent=2))
-  binding = trial_lib.binding_for(space)
-  _, blocks = nas_params.decode(space, chosen)
-  params = training.plan(training.TrainArgs(
-      model=binding.model, experiment=binding.experiment, config_files=[str(config_file)],
-      dataset_dir=data_dir, extra_options=trial_lib.backbone_override(binding, blocks))).params
-  if binding.model == "retinanet":  # what nascli.training._train sets before training
-    params = params.replace(
-        task={"annotation_file": str(trial_dir / "validation_annotations.json")})
+                             nas_params=chosen, trial=TrialSettings(run=run))
+  trial_lib.write_spec(str(trial_dir / "trial_spec.json"), spec)
+  assert trial_lib.read_spec(str(trial_dir / "trial_spec.json")) == spec
+  # The config the trial trains with (a detection trial's names its COCO ground truth, in the
+  # trial dir), as nascli.training.train saves it.
+  params = training.plan(spec.train_args()).params
   train_utils.serialize_config(params, str(trial_dir))
-  model_dir_lib.write_run_info(str(trial_dir), {"experiment": binding.experiment})
+  model_dir_lib.write_run_info(str(trial_dir),
+                               {"experiment": trial_lib.binding_for(space).experiment})
   return trial_dir
 
 
@@ -87,9 +85,10 @@ def shapes(tmp_path_factory):
 def _stage2_plan(job, trial_id, **kwargs):
   """plan() of what `train --search_job_dir JOB --train_nas_trial_numbers ID` trains."""
   trial = stage2.read_trial(str(job), trial_id)
-  return training.plan(training.TrainArgs(
-      nas_params_str=trial.nas_params_path, search_space=trial.search_space,
-      experiment=trial.experiment, recipe=trial.recipe, **kwargs))
+  data = DataSpec(dataset_dir=kwargs.pop("dataset_dir", None))
+  return training.plan(training.TrainArgs(run=RunSpec(
+      architecture=Architecture(trial.search_space, trial.nas_params_path),
+      experiment=trial.experiment, recipe=trial.recipe, data=data, **kwargs)))
 
 
 def test_stage2_with_no_config_flags_trains_the_search_recipe_to_top1_090(cli, digits, tmp_path):
@@ -136,7 +135,6 @@ def test_params_override_wins_over_the_carried_recipe(cli, digits, tmp_path):
           " --params_override") in lines
   assert ("warning: trainer.train_steps 7 is fewer than trainer.steps_per_loop 20: the run is"
           " one loop of 7 steps") in lines
-  from tf_vision.params import load_yaml_source  # pylint: disable=g-import-not-at-top
   saved = load_yaml_source(str(tmp_path / "s2" / "1" / "params.yaml"), "params.yaml")
   # The carried cosine follows the run's length.
   assert saved["trainer"]["optimizer_config"]["learning_rate"]["cosine"]["decay_steps"] == 7
@@ -185,8 +183,13 @@ def test_spinenet_stage2_carries_the_detection_recipe(shapes, capsys):
   assert params.trainer.train_steps == 60 * stage2.STAGE2_SCHEDULE_FACTOR
   assert params.trainer.optimizer_config.learning_rate.cosine.decay_steps == 300
   assert params.trainer.validation_steps == 4
-  # The search's ground truth is not the stage-2 data's: `train` writes it again.
-  assert params.task.annotation_file is None
+  # The search's ground truth is not the stage-2 data's: `train` writes it again, into the
+  # stage-2 run's model dir.
+  search_params = load_yaml_source(str(job / "2" / "params.yaml"), "params.yaml")
+  assert search_params["task"]["annotation_file"] == str(
+      job / "2" / "validation_annotations.json")
+  assert params.task.annotation_file == os.path.join(training.DEFAULT_MODEL_DIR,
+                                                     "validation_annotations.json")
   assert params.task.validation_data.input_path == f"{data}/validation-*-of-00002.tfrecord"
   err = capsys.readouterr().err
   assert ("stage 2 recipe: nas_retinanet_tunable_spinenet, 300 steps = 75.0 epochs of 32"

@@ -7,6 +7,7 @@ import pytest
 
 from conftest import convert_digits32, nascli_subprocess
 from nascli.errors import ConfigValueError
+from nascli.run_spec import DataSpec, RunSpec
 from nascli.training import TrainArgs, plan
 
 RECIPE = "tf_vision/configs/experiments/digits_resnet10_thor_cpu.yaml"
@@ -60,9 +61,11 @@ def test_real_process_no_traceback(digits_dir, tmp_path):
 def test_only_the_chosen_optimizer_is_checked(digits_dir):
   override = json.dumps({"trainer": {"optimizer_config": {"optimizer": {
       "type": "sgd", "thor": {"block_size": 0}}}}})
-  params = plan(TrainArgs(experiment="nascli_classification", config_files=[RECIPE],
-                          dataset_dir=digits_dir, params_override=override)).params
+  params = plan(TrainArgs(run=RunSpec(
+      experiment="nascli_classification", config_files=[RECIPE],
+      data=DataSpec(dataset_dir=digits_dir), params_override=override))).params
   assert params.trainer.optimizer_config.optimizer.type == "sgd"
   with pytest.raises(ConfigValueError, match=f"{THOR}.block_size is 0"):
-    plan(TrainArgs(experiment="nascli_classification", config_files=[RECIPE],
-                   dataset_dir=digits_dir, params_override=_thor_override(block_size=0)))
+    plan(TrainArgs(run=RunSpec(
+        experiment="nascli_classification", config_files=[RECIPE],
+        data=DataSpec(dataset_dir=digits_dir), params_override=_thor_override(block_size=0))))

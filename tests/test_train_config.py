@@ -3,7 +3,17 @@
 import pytest
 
 from nascli.errors import NascliError
+from nascli.run_spec import Architecture, DataSpec, RunSpec
 from nascli.training import TrainArgs, plan
+
+
+def _args(dataset_dir=None, training_data_path=None, validation_data_path=None, nas_params=None,
+          **run) -> TrainArgs:
+  """TrainArgs of a run with these data flags, searched architecture and other RunSpec fields."""
+  return TrainArgs(run=RunSpec(
+      data=DataSpec(dataset_dir=dataset_dir, training_data_path=training_data_path,
+                    validation_data_path=validation_data_path),
+      architecture=Architecture("mnasnet", nas_params) if nas_params else None, **run))
 
 
 @pytest.fixture(scope="module")
@@ -17,7 +27,7 @@ def digits_dir(tmp_path_factory):
 
 
 def test_data_set_fills_classes_size_and_paths(digits_dir):
-  p = plan(TrainArgs(dataset_dir=digits_dir)).params
+  p = plan(_args(dataset_dir=digits_dir)).params
   assert p.task.model.num_classes == 10
   assert list(p.task.model.input_size) == [16, 16, 3]
   assert p.task.train_data.input_path.endswith("train-*-of-00002.tfrecord")
@@ -34,27 +44,27 @@ def test_precedence_defaults_config_files_override_hparams_options(digits_dir, t
   hp = tmp_path / "hp.txt"
   hp.write_text("# FastNN file\noptimizer=adam\nlearning_rate=0.003\nstop_at_step=444\n"
                 "weight_decay=0.25\n")
-  args = TrainArgs(dataset_dir=digits_dir, config_files=[str(first), str(second)],
+  args = _args(dataset_dir=digits_dir, config_files=[str(first), str(second)],
                    params_override="trainer.train_steps=333,task.model.num_classes=12")
   p = plan(args).params
   assert p.trainer.train_steps == 333  # override beats both files
   assert p.task.losses.l2_weight_decay == 0.5  # first file, untouched later
   assert p.task.model.num_classes == 12  # override beats the data set
-  args.hparams_file = str(hp)
+  args.run.hparams_file = str(hp)
   p = plan(args).params
   assert p.trainer.train_steps == 444  # FastNN file beats --params_override
   assert p.task.losses.l2_weight_decay == 0.25
   opt = p.trainer.optimizer_config
   assert opt.optimizer.type == "adam" and opt.learning_rate.type == "fastnn"
   assert opt.learning_rate.fastnn.learning_rate == pytest.approx(0.003)
-  args.fastnn = {"learning_rate": 0.007, "optimizer": "ftrl"}
+  args.run.hparams = {"learning_rate": 0.007, "optimizer": "ftrl"}
   p = plan(args).params
   assert p.trainer.optimizer_config.optimizer.type == "ftrl"  # options beat the file
   assert p.trainer.optimizer_config.learning_rate.fastnn.learning_rate == pytest.approx(0.007)
 
 
 def test_batch_size_and_epochs_from_dataset_info(digits_dir):
-  p = plan(TrainArgs(dataset_dir=digits_dir, fastnn={"batch_size": 16, "num_epochs": 3}))
+  p = plan(_args(dataset_dir=digits_dir, hparams={"batch_size": 16, "num_epochs": 3}))
   assert p.params.task.train_data.global_batch_size == 16
   assert p.steps_per_epoch == 1438 // 16
   assert p.params.trainer.train_steps == 3 * (1438 // 16)
@@ -71,15 +81,15 @@ def test_batch_size_and_epochs_from_dataset_info(digits_dir):
     ("hparams", "just a line\n", ":1: expected key=value"),
 ])
 def test_bad_config_names_the_key_and_source(digits_dir, tmp_path, kind, text, message):
-  args = TrainArgs(dataset_dir=digits_dir)
+  args = _args(dataset_dir=digits_dir)
   path = tmp_path / "x"
   path.write_text(text)
   if kind == "override":
-    args.params_override = text
+    args.run.params_override = text
   elif kind == "file":
-    args.config_files = [str(path)]
+    args.run.config_files = [str(path)]
   else:
-    args.hparams_file = str(path)
+    args.run.hparams_file = str(path)
   with pytest.raises(NascliError) as e:
     plan(args)
   assert message in str(e.value)
@@ -89,26 +99,26 @@ def test_bad_config_names_the_key_and_source(digits_dir, tmp_path, kind, text, m
 def test_unknown_experiment_and_missing_data(digits_dir):
   with pytest.raises(NascliError, match="unknown --experiment 'resnet_imagenett'.*did you mean"
                      " 'resnet_imagenet'"):
-    plan(TrainArgs(experiment="resnet_imagenett", dataset_dir=digits_dir))
+    plan(_args(experiment="resnet_imagenett", dataset_dir=digits_dir))
   with pytest.raises(NascliError, match="--training_data_path /nope/train-\\* matches no files"):
-    plan(TrainArgs(training_data_path="/nope/train-*", validation_data_path="/nope/v*"))
+    plan(_args(training_data_path="/nope/train-*", validation_data_path="/nope/v*"))
   with pytest.raises(NascliError, match="the data is a classification data set but the"
                      " experiment is detection \\(use --model classification\\)"):
-    plan(TrainArgs(dataset_dir=digits_dir, model="retinanet"))
+    plan(_args(dataset_dir=digits_dir, model="retinanet"))
 
 
 def test_fastnn_model_name_and_eval_files(digits_dir, tmp_path):
   hp = tmp_path / "hp.txt"
   hp.write_text("model_name=mobilenet_v2_035\n"
                 "eval_files=validation-00001-of-00002.tfrecord\n")
-  p = plan(TrainArgs(dataset_dir=digits_dir, hparams_file=str(hp))).params
+  p = plan(_args(dataset_dir=digits_dir, hparams_file=str(hp))).params
   assert p.task.model.backbone.type == "mobilenet"
   assert p.task.model.backbone.mobilenet.model_id == "MobileNetV2"
   assert p.task.model.backbone.mobilenet.filter_size_scale == pytest.approx(0.35)
   assert p.task.validation_data.input_path.endswith("/validation-00001-of-00002.tfrecord")
   hp.write_text("model_name=inception_resnet_v2\n")
   with pytest.raises(NascliError, match="model_name 'inception_resnet_v2' has no Model Garden"):
-    plan(TrainArgs(dataset_dir=digits_dir, hparams_file=str(hp)))
+    plan(_args(dataset_dir=digits_dir, hparams_file=str(hp)))
 
 
 def test_nas_params_str_selects_the_tunable_backbone_and_its_blocks(digits_dir, tmp_path):
@@ -121,7 +131,7 @@ def test_nas_params_str_selects_the_tunable_backbone_and_its_blocks(digits_dir, 
   params = nas_params.to_nas_params(space, algo.propose())
   path = tmp_path / "nas_params_str.json"
   path.write_text(json.dumps(params))
-  plan_ = plan(TrainArgs(dataset_dir=digits_dir, nas_params_str=str(path)))
+  plan_ = plan(_args(dataset_dir=digits_dir, nas_params=str(path)))
   assert plan_.experiment == "nas_classification_tunable_mnasnet"
   backbone = plan_.params.task.model.backbone
   assert backbone.type == "tunable_mnasnet"
@@ -130,7 +140,7 @@ def test_nas_params_str_selects_the_tunable_backbone_and_its_blocks(digits_dir, 
   assert str(blocks[0]["kernel_size"]) in params["blocks[0].kernel_size"]
   params["blocks[0].kernel_size"] = "2/2 (7)"
   with pytest.raises(NascliError, match="blocks\\[0\\].kernel_size"):
-    plan(TrainArgs(dataset_dir=digits_dir, nas_params_str=json.dumps(params)))
+    plan(_args(dataset_dir=digits_dir, nas_params=json.dumps(params)))
 
 
 # ---- Model Garden's trainer invariants, checked when the config is built (issue 18). ----
@@ -166,11 +176,11 @@ def test_interval_contradiction_is_refused_before_anything_is_written(cli, digit
 
 def test_intervals_the_user_did_not_set_follow_the_steps_per_loop_they_did(digits_dir):
   # The issue's case: only steps_per_loop given; the experiment's 1222-step intervals follow.
-  t = plan(TrainArgs(experiment=NAS_MNASNET, dataset_dir=digits_dir,
+  t = plan(_args(experiment=NAS_MNASNET, dataset_dir=digits_dir,
                      params_override="trainer.steps_per_loop=50")).params.trainer
   assert (t.summary_interval, t.checkpoint_interval, t.validation_interval) == (1250, 1250, 1250)
   # Only an interval given: the default steps_per_loop (50) is lowered to divide it.
-  t = plan(TrainArgs(dataset_dir=digits_dir,
+  t = plan(_args(dataset_dir=digits_dir,
                      params_override="trainer.summary_interval=30")).params.trainer
   assert (t.steps_per_loop, t.summary_interval, t.checkpoint_interval,
           t.validation_interval) == (30, 30, 60, 300)
@@ -210,20 +220,20 @@ def test_intervals_the_user_did_not_set_follow_the_steps_per_loop_they_did(digit
 ])
 def test_trainer_invariants_name_the_keys_and_a_working_value(digits_dir, override, message):
   with pytest.raises(NascliError) as e:
-    plan(TrainArgs(dataset_dir=digits_dir, params_override=override))
+    plan(_args(dataset_dir=digits_dir, params_override=override))
   assert str(e.value) == f"invalid config: {message}"
 
 
 def test_batch_sizes_against_replicas(digits_dir):
   with pytest.raises(NascliError) as e:
-    plan(TrainArgs(dataset_dir=digits_dir, strategy="mirrored", num_gpus=2,
+    plan(_args(dataset_dir=digits_dir, strategy="mirrored", num_gpus=2,
                    params_override="task.train_data.global_batch_size=33"))
   assert str(e.value) == (
       "invalid config: task.train_data.global_batch_size 33 (from --params_override) is not"
       " divisible by the 2 replicas (mirrored on runtime.num_gpus 2): every replica gets an equal"
       " share; set task.train_data.global_batch_size=34 or 32")
   # The experiment's own batch sizes (32, 64) are rounded up for 3 replicas, with a note.
-  run_plan = plan(TrainArgs(dataset_dir=digits_dir, strategy="mirrored", num_gpus=3))
+  run_plan = plan(_args(dataset_dir=digits_dir, strategy="mirrored", num_gpus=3))
   data = run_plan.params.task
   assert (data.train_data.global_batch_size, data.validation_data.global_batch_size) == (33, 66)
   assert "task.train_data.global_batch_size 32 -> 33: a multiple of the 3 replicas" in (
@@ -233,7 +243,7 @@ def test_batch_sizes_against_replicas(digits_dir):
 
 def test_detection_input_size_against_max_level(shapes_dir):
   with pytest.raises(NascliError) as e:
-    plan(TrainArgs(model="retinanet", dataset_dir=shapes_dir,
+    plan(_args(model="retinanet", dataset_dir=shapes_dir,
                    params_override="task.model.input_size=[100,100,3]"))
   assert str(e.value) == (
       "invalid config: task.model.input_size [100, 100, 3] (from --params_override) does not"
@@ -241,7 +251,7 @@ def test_detection_input_size_against_max_level(shapes_dir):
       " level; set task.model.input_size=[128, 128, 3]")
   with pytest.raises(NascliError, match=r"does not divide by 256, 2\*\*task.model.max_level 8"
                      r" \(from --params_override\).*set task.model.input_size=\[256, 256, 3\]"):
-    plan(TrainArgs(model="retinanet", dataset_dir=shapes_dir,
+    plan(_args(model="retinanet", dataset_dir=shapes_dir,
                    params_override="task.model.max_level=8"))
 
 
@@ -259,18 +269,18 @@ def test_values_nobody_set_are_fixed_silently():
 
 
 def test_absurd_schedules_get_a_warning_naming_the_numbers(digits_dir, capsys):
-  run_plan = plan(TrainArgs(experiment=NAS_MNASNET, dataset_dir=digits_dir))
+  run_plan = plan(_args(experiment=NAS_MNASNET, dataset_dir=digits_dir))
   assert run_plan.warnings == [
       "trainer.train_steps 12218 at global batch 1024 is 8700 epochs of the 1438 training"
       " records (more than 1000): a schedule for a larger data set?",
       "task.validation_data.global_batch_size 1024 is larger than the 359 validation records and"
       " drop_remainder is on: evaluation sees no batch"]
   assert f"warning: {run_plan.warnings[0]}" in capsys.readouterr().err.splitlines()
-  run_plan = plan(TrainArgs(dataset_dir=digits_dir, params_override=(
+  run_plan = plan(_args(dataset_dir=digits_dir, params_override=(
       "task.train_data.global_batch_size=2048,trainer.train_steps=10,trainer.steps_per_loop=10")))
   assert run_plan.warnings == [
       "task.train_data.global_batch_size 2048 is larger than the training set (1438 records): an"
       " epoch is shorter than one step",
       "the linear warmup (15 steps) is longer than trainer.train_steps 10: the learning rate never"
       " reaches its peak"]
-  assert plan(TrainArgs(dataset_dir=digits_dir)).warnings == []  # the default recipe fits
+  assert plan(_args(dataset_dir=digits_dir)).warnings == []  # the default recipe fits

@@ -5,18 +5,21 @@ tf_vision/configs/stage2.py) -> what the data says (dataset_info.json: classes, 
 --config_file (repeatable) -> --params_override -> FastNN hparams (file, then options).
 Every key of every source is checked before it is applied, so an unknown key is named with its
 full path and its source. The result is then checked against Model Garden's trainer invariants
-(tf_vision/configs/consistency.py), knowing which keys the user's own sources set.
+(tf_vision/configs/consistency.py), knowing which keys the user's own sources set, completed
+with what the run itself decides (the data order of a seeded or multi-worker run, the path of a
+detection run's COCO ground truth) and locked: nothing changes the config after `build`.
+The sources are the run contract, nascli/run_spec.py's RunSpec.
 """
 
 import dataclasses
 import json
 import os
-import re
 from typing import Any
 
 from nascli import checks
 from nascli import storage
 from nascli.errors import NascliError, StorageNotFoundError
+from nascli.run_spec import DataSpec, RunSpec  # noqa: F401  (params.DataSpec: the data flags)
 from official.core import config_definitions as cfg
 from official.core import exp_factory
 from official.modeling import hyperparams
@@ -35,36 +38,33 @@ from tf_vision.configs.yaml_source import load_yaml_source  # noqa: F401  (param
 DEFAULT_EXPERIMENTS = {"classification": "nascli_classification",
                        "retinanet": "nascli_retinanet"}
 RECIPES_DIR = os.path.join(os.path.dirname(__file__), "configs", "experiments")
+# The train_data seed of a multi-worker run whose config and flags set none (see _complete).
+MULTI_WORKER_FILE_SEED = 20260101
 
 
 @dataclasses.dataclass
-class DataSpec:
-  training_data_path: str | None = None
-  validation_data_path: str | None = None
-  dataset_name: str | None = None
-  dataset_dir: str | None = None
-  train_files: str | None = None
-  eval_files: str | None = None
-
-
-@dataclasses.dataclass
-class RunSpec:
-  """Everything a command line says about the config of a run."""
-  model: str = "classification"
-  experiment: str | None = None
-  config_files: list[str] = dataclasses.field(default_factory=list)
-  params_override: str | None = None
-  hparams_file: str | None = None
-  hparams: dict[str, Any] = dataclasses.field(default_factory=dict)  # FastNN keys as options
-  # Dedicated command-line options (e.g. --keep_checkpoint_max): applied last, they win.
-  options: dict[str, Any] = dataclasses.field(default_factory=dict)
-  data: DataSpec = dataclasses.field(default_factory=DataSpec)
-  strategy: str | None = None
-  num_gpus: int | None = None
+class BuildSpec:
+  """A run's config sources (the run contract, nascli/run_spec.py) and what the config also
+  depends on: this machine's GPUs, and where and how the run trains."""
+  run: RunSpec = dataclasses.field(default_factory=RunSpec)
   has_gpu: bool = False
   gpu_count: int = 0  # GPUs this process sees: the replicas of `mirrored` without --num_gpus
-  # Stage 2: the search's recipe, applied before the data and the user's sources.
-  recipe: stage2.Recipe | None = None
+  model_dir: str | None = None  # where the COCO ground truth of a detection run is written
+  mode: str = "train_and_post_eval"
+
+
+@dataclasses.dataclass
+class GroundTruth:
+  """The COCO ground-truth file a detection run evaluates against (task.annotation_file),
+  made from its validation records: the config names it, the runner writes it into the model
+  dir before training (tf_vision/evaluation/coco_groundtruth.py says why a file)."""
+  validation_path: str
+  path: str
+  class_names: dict[int, str] | None
+
+  def write(self) -> str:
+    from tf_vision.evaluation import coco_groundtruth  # pylint: disable=g-import-not-at-top
+    return coco_groundtruth.write(self.validation_path, self.path, self.class_names)
 
 
 @dataclasses.dataclass
@@ -77,6 +77,7 @@ class RunPlan:
   # A schedule that trains but does not fit the data (consistency.schedule_warning).
   warnings: list[str] = dataclasses.field(default_factory=list)
   recipe_lines: list[str] = dataclasses.field(default_factory=list)  # stage 2's recipe
+  ground_truth: GroundTruth | None = None  # to write before training
 
 
 def check_keys(config: hyperparams.Config, override: dict, what: str, prefix: str = "") -> None:
@@ -240,39 +241,54 @@ def _task_kind(params: cfg.ExperimentConfig) -> str:
   return "other"
 
 
-def build(spec: RunSpec) -> RunPlan:
-  """The locked ExperimentConfig of a run and what the runner needs besides it."""
-  if spec.model not in DEFAULT_EXPERIMENTS and not spec.experiment:
-    raise NascliError(f"unknown --model {spec.model!r}; known: {', '.join(DEFAULT_EXPERIMENTS)}")
-  name = spec.experiment or DEFAULT_EXPERIMENTS[spec.model]
+def _data_of(run: RunSpec, file_hparams: dict[str, Any]) -> DataSpec:
+  """The data flags, completed by FastNN's data keys (options, then the hparams file); with
+  --training_data_path/--validation_data_path a file's data set does not apply."""
+  flags = run.data
+  data = dataclasses.replace(flags, **{
+      key: getattr(flags, key) or run.hparams.get(key) or file_hparams.get(key)
+      for key in ("dataset_name", "dataset_dir", "train_files", "eval_files")})
+  if data.dataset_name == "mock":  # FastNN's default: no data set named.
+    data.dataset_name = None
+  if flags.training_data_path or flags.validation_data_path:
+    data.dataset_name, data.dataset_dir = flags.dataset_name, flags.dataset_dir
+  return data
+
+
+def build(spec: BuildSpec) -> RunPlan:
+  """The ExperimentConfig of a run, built from every source, completed (seeds, the COCO ground
+  truth's path), checked and locked, here and only here; and what the runner needs besides."""
+  run = spec.run
+  file_hparams = fastnn.parse_hparams_file(run.hparams_file) if run.hparams_file else {}
+  if run.model not in DEFAULT_EXPERIMENTS and not run.experiment:
+    raise NascliError(f"unknown --model {run.model!r}; known: {', '.join(DEFAULT_EXPERIMENTS)}")
+  name = run.experiment or DEFAULT_EXPERIMENTS[run.model]
   params = load_experiment(name)
   notes: list[str] = []
   explicit: dict[str, str] = {}  # what the user's own sources set: consistency's fix-or-refuse
 
   search_steps = 0
-  if spec.recipe:
-    for override, what in spec.recipe.sources:
+  if run.recipe:
+    for override, what in run.recipe.sources:
       apply_override(params, override, what)
     search_steps = params.trainer.train_steps
-  train, val, info = _resolve_data(spec.data)
+  train, val, info = _resolve_data(_data_of(run, file_hparams))
   apply_override(params, _data_defaults(params, info, train, val), "the data set")
-  for path in spec.config_files:
+  for path in run.config_files:
     if not (storage.is_file(path) if storage.is_gcs(path) else os.path.isfile(path)):
       raise NascliError(f"--config_file {path} does not exist")
     apply_override(params, load_yaml_source(path, "--config_file"), f"--config_file {path}",
                    explicit)
-  if spec.params_override:
-    apply_override(params, load_yaml_source(spec.params_override, "--params_override"),
+  if run.params_override:
+    apply_override(params, load_yaml_source(run.params_override, "--params_override"),
                    "--params_override", explicit)
 
-  hparams: dict[str, Any] = {}
-  if spec.hparams_file:
-    hparams.update(fastnn.parse_hparams_file(spec.hparams_file))
-  hparams.update({k: v for k, v in spec.hparams.items() if v is not None})
+  hparams = dict(file_hparams)
+  hparams.update({k: v for k, v in run.hparams.items() if v is not None})
   train_records = int(info["splits"]["train"]["num_records"]) if info else 0
   if hparams.get("num_sample_per_epoch"):
     train_records = int(hparams["num_sample_per_epoch"])
-  num_replicas = max(1, spec.num_gpus or 1)
+  num_replicas = max(1, run.num_gpus or 1)
   batch = hparams.get("batch_size")
   global_batch = batch * num_replicas if batch else params.task.train_data.global_batch_size
   steps_per_epoch = train_records // global_batch if train_records and global_batch else 0
@@ -297,13 +313,13 @@ def build(spec: RunSpec) -> RunPlan:
     explicit.update((key, "the FastNN hyperparameters")
                     for key in _changed(before_hparams, params.as_dict()))
 
-  if spec.options:
-    apply_override(params, spec.options, "the command-line options", explicit)
-  if spec.strategy:
-    params.runtime.distribution_strategy = spec.strategy
+  if run.options:
+    apply_override(params, run.options, "the command-line options", explicit)
+  if run.strategy:
+    params.runtime.distribution_strategy = run.strategy
     explicit["runtime.distribution_strategy"] = "--strategy"
-  if spec.num_gpus is not None:
-    params.runtime.num_gpus = spec.num_gpus
+  if run.num_gpus is not None:
+    params.runtime.num_gpus = run.num_gpus
     explicit["runtime.num_gpus"] = "--num_gpus"
   if params.runtime.mixed_precision_dtype == "float16" and not spec.has_gpu:
     notes.append("float16 mixed precision needs a GPU: training in float32 on this CPU")
@@ -312,8 +328,8 @@ def build(spec: RunSpec) -> RunPlan:
     if not getattr(params.task, split).input_path:
       raise NascliError(f"no {split.replace('_data', '')} data: give --dataset_dir, or"
                         f" --{'training' if split == 'train_data' else 'validation'}_data_path")
-  if spec.recipe:
-    _stretch_stage2_schedule(params, spec.recipe, search_steps, explicit)
+  if run.recipe:
+    _stretch_stage2_schedule(params, run.recipe, search_steps, explicit)
 
   replicas, replicas_from = consistency.replicas(params.runtime, spec.gpu_count)
   split_records = (info or {}).get("splits", {})
@@ -325,21 +341,49 @@ def build(spec: RunSpec) -> RunPlan:
   notes += ctx.notes
   steps_per_epoch = (train_records // params.task.train_data.global_batch_size
                      if train_records else 0)
+  ground_truth = _complete(params, spec, info)
   try:
     params.validate()
   except (KeyError, ValueError) as e:
     raise NascliError(f"invalid config: {_first_line(e)}") from None
   params.lock()
   recipe_lines = []
-  if spec.recipe:
+  if run.recipe:
     user_sources = list(dict.fromkeys(
         what for what in explicit.values() if what != "the command-line options"))
     recipe_lines = stage2.recipe_lines(
-        params, name, spec.recipe, search_steps, train_records,
+        params, name, run.recipe, search_steps, train_records,
         explicit.get("trainer.train_steps"), user_sources)
   return RunPlan(params=params, experiment=name, steps_per_epoch=steps_per_epoch,
                  dataset_info=info, notes=notes, warnings=consistency.warnings(ctx),
-                 recipe_lines=recipe_lines)
+                 recipe_lines=recipe_lines, ground_truth=ground_truth)
+
+
+def _complete(params: cfg.ExperimentConfig, spec: BuildSpec,
+              info: dict | None) -> GroundTruth | None:
+  """What the config takes from the run itself rather than from a source: the data order of a
+  seeded or multi-worker run, and the COCO ground-truth file of a detection run's evaluation."""
+  data_config = params.task.train_data
+  if spec.run.seed is not None:  # a seeded run is repeatable: tf.data keeps its order too
+    if data_config.seed is None:
+      data_config.seed = spec.run.seed
+    if data_config.deterministic is None:
+      data_config.deterministic = True
+  if (params.runtime.distribution_strategy == "multi_worker_mirrored"
+      and data_config.seed is None):
+    # Model Garden shuffles the file list before giving each worker its share; unseeded, every
+    # worker draws its own order and the shares overlap. One seed on all workers makes them
+    # disjoint and equal (FastNN's rule, which `convert-data --num_workers` prepares for).
+    data_config.seed = MULTI_WORKER_FILE_SEED
+  if (getattr(params.task, "annotation_file", "unset") is not None or spec.mode == "train"
+      or not spec.model_dir):
+    return None
+  # COCO metrics need ground truth: the config names the file, the runner writes it.
+  names = {c["id"]: c["name"] for c in info["classes"]} if info else None
+  ground_truth = GroundTruth(params.task.validation_data.input_path,
+                             os.path.join(spec.model_dir, "validation_annotations.json"), names)
+  params.task.annotation_file = ground_truth.path
+  return ground_truth
 
 
 def _stretch_stage2_schedule(params: cfg.ExperimentConfig, recipe: stage2.Recipe,

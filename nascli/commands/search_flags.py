@@ -108,22 +108,26 @@ def search_args(prebuilt_search_space, search_space_module, search_algorithm, se
                 **extra):
   """The SearchArgs the shared flags describe (`extra`: fields only one command has)."""
   # pylint: disable=g-import-not-at-top
+  from nascli.run_spec import DataSpec, RunSpec, TrialSettings
   from nascli.search import local_main
   from nascli.search.search_loop import SearchArgs
   options = {k: v for k, v in (("population_size", population_size),
                                ("tournament_size", tournament_size)) if v is not None}
+  run = RunSpec(experiment=experiment, config_files=list(config_file or []),
+                params_override=params_override, seed=seed,
+                data=DataSpec(training_data_path=training_data_path,
+                              validation_data_path=validation_data_path, dataset_dir=dataset_dir))
+  trial = TrialSettings(run=run, target_device_latency_ms=target_device_latency_ms,
+                        latency_constraint=latency_constraint, latency_weight=latency_weight,
+                        export_every_trial=export_every_trial)
   return SearchArgs(
       job_dir=local_output_dir or local_main.default_job_dir(prebuilt_search_space),
       search_space=prebuilt_search_space, search_space_module=search_space_module,
-      search_algorithm=search_algorithm, seed=seed, max_nas_trial=max_nas_trial,
+      search_algorithm=search_algorithm, max_nas_trial=max_nas_trial,
       max_parallel_nas_trial=max_parallel_nas_trial, max_failed_nas_trial=max_failed_nas_trial,
-      target_device_latency_ms=target_device_latency_ms, latency_constraint=latency_constraint,
-      latency_weight=latency_weight, experiment=experiment, config_files=list(config_file or []),
-      params_override=params_override, training_data_path=training_data_path,
-      validation_data_path=validation_data_path, dataset_dir=dataset_dir, overwrite=overwrite,
-      algorithm_options=options, trial_isolation=trial_isolation,
-      max_trials_per_worker=max_trials_per_worker, export_top_k=export_top_k,
-      export_every_trial=export_every_trial, **extra)
+      overwrite=overwrite, algorithm_options=options, trial_isolation=trial_isolation,
+      max_trials_per_worker=max_trials_per_worker, export_top_k=export_top_k, trial=trial,
+      **extra)
 
 
 def from_flags(values: dict, **extra):

@@ -23,8 +23,8 @@ def _trial_ids(text: str | None) -> list[str]:
   return [t.strip() for t in (text or "").split(",") if t.strip()]
 
 
-def _refuse_bad_flags(args, config_files: list[str], search_job_dir: str | None,
-                      train_nas_trial_numbers: str | None) -> None:
+def _refuse_bad_flags(args, search_space: str, keep_checkpoint_max: int | None,
+                      search_job_dir: str | None, train_nas_trial_numbers: str | None) -> None:
   """Everything about the flags that needs no TensorFlow (issue 18: refused in a second, not
   after 15-40 s of imports); nascli.training.plan checks them again with the config."""
   # pylint: disable=g-import-not-at-top
@@ -32,32 +32,34 @@ def _refuse_bad_flags(args, config_files: list[str], search_job_dir: str | None,
   from nascli.search import trial as trial_lib
   from tf_vision import nas_params_syntax
   from tf_vision.configs import fastnn_keys, yaml_source
+  run, data = args.run, args.run.data
   checks.one_of(args.mode, training.MODES, "--mode")
-  if not args.experiment:
-    checks.one_of(args.model, MODELS, "--model")
-  if args.strategy is not None:
-    checks.one_of(args.strategy, STRATEGIES, "--strategy")
-  checks.one_of(args.search_space, trial_lib.known_spaces(), "--search_space")  # the spaces train can build
-  checks.int_range(args.seed, "--seed", 0, 2**32 - 1, allowed="0 to 2**32 - 1")
-  checks.int_range(args.num_gpus, "--num_gpus", 1,
+  if not run.experiment:
+    checks.one_of(run.model, MODELS, "--model")
+  if run.strategy is not None:
+    checks.one_of(run.strategy, STRATEGIES, "--strategy")
+  # The spaces train can build a model for.
+  checks.one_of(search_space, trial_lib.known_spaces(), "--search_space")
+  checks.int_range(run.seed, "--seed", 0, 2**32 - 1, allowed="0 to 2**32 - 1")
+  checks.int_range(run.num_gpus, "--num_gpus", 1,
                    allowed="1 or more (leave it out for every GPU of the machine)")
-  checks.int_range(args.keep_checkpoint_max, "--keep_checkpoint_max", 1)
-  if args.dataset_dir and (args.training_data_path or args.validation_data_path):
+  checks.int_range(keep_checkpoint_max, "--keep_checkpoint_max", 1)
+  if data.dataset_dir and (data.training_data_path or data.validation_data_path):
     raise NascliError("give --dataset_dir or --training_data_path/--validation_data_path,"
                       " not both")
-  checks.dataset_dir(args.dataset_dir)
-  checks.matches_files(args.training_data_path, "--training_data_path")
-  checks.matches_files(args.validation_data_path, "--validation_data_path")
+  checks.dataset_dir(data.dataset_dir)
+  checks.matches_files(data.training_data_path, "--training_data_path")
+  checks.matches_files(data.validation_data_path, "--validation_data_path")
   checks.not_a_file(args.model_dir, "--model_dir")
-  for path in config_files:
+  for path in run.config_files:
     checks.existing_path(path, "--config_file", "file")
     yaml_source.check(path, "--config_file")
-  yaml_source.check(args.params_override, "--params_override")
-  if args.hparams_file:
-    checks.existing_path(args.hparams_file, "--hparams_file", "file")
-    fastnn_keys.parse_hparams_file(args.hparams_file)  # local only, as plan() reads it
-  if args.nas_params_str:
-    nas_params_syntax.check(args.nas_params_str)
+  yaml_source.check(run.params_override, "--params_override")
+  if run.hparams_file:
+    checks.existing_path(run.hparams_file, "--hparams_file", "file")
+    fastnn_keys.parse_hparams_file(run.hparams_file)  # local only, as plan() reads it
+  if run.architecture:
+    nas_params_syntax.check(run.architecture.nas_params)
   if search_job_dir or train_nas_trial_numbers:
     if not (search_job_dir and train_nas_trial_numbers):
       raise typer.BadParameter("give --search_job_dir and --train_nas_trial_numbers together")
@@ -144,16 +146,21 @@ def _train(
   """Train a model; resumes from the latest checkpoint in --model_dir."""
   # pylint: disable=g-import-not-at-top
   from nascli import training
-  train_args = training.TrainArgs(
-      model=model, experiment=experiment, config_files=config_file or [],
-      params_override=params_override, hparams_file=hparams_file,
-      training_data_path=training_data_path, validation_data_path=validation_data_path,
-      dataset_name=dataset_name, dataset_dir=dataset_dir, train_files=train_files,
-      model_dir=model_dir, strategy=strategy, num_gpus=num_gpus, mode=mode,
-      keep_checkpoint_max=keep_checkpoint_max, verbose=verbose, nas_params_str=nas_params_str,
-      search_space=search_space, seed=seed, fastnn=fastnn or {})
+  from nascli.run_spec import Architecture, DataSpec, RunSpec
+  run = RunSpec(
+      model=model, experiment=experiment, config_files=list(config_file or []),
+      params_override=params_override, hparams_file=hparams_file, hparams=dict(fastnn or {}),
+      options=({"trainer": {"max_to_keep": keep_checkpoint_max}}
+               if keep_checkpoint_max is not None else {}),
+      data=DataSpec(training_data_path=training_data_path,
+                    validation_data_path=validation_data_path, dataset_name=dataset_name,
+                    dataset_dir=dataset_dir, train_files=train_files),
+      strategy=strategy, num_gpus=num_gpus, seed=seed,
+      architecture=Architecture(search_space, nas_params_str) if nas_params_str else None)
+  train_args = training.TrainArgs(run=run, model_dir=model_dir, mode=mode, verbose=verbose)
   if not list_experiments:
-    _refuse_bad_flags(train_args, config_file or [], search_job_dir, train_nas_trial_numbers)
+    _refuse_bad_flags(train_args, search_space, keep_checkpoint_max, search_job_dir,
+                      train_nas_trial_numbers)
   from nascli import frameworks
   frameworks.load()
   if list_experiments:
@@ -162,7 +169,7 @@ def _train(
     return
   if search_job_dir or train_nas_trial_numbers:
     results = training.train_search_trials(train_args, search_job_dir, train_nas_trial_numbers,
-                                           retrain_use_search_job_checkpoint)
+                                           retrain_use_search_job_checkpoint, search_space)
     if as_json:
       print(json.dumps(results, indent=2))
     for result in results if not as_json else []:

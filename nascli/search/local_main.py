@@ -31,10 +31,13 @@ DEFAULTS = {
     "spinenet": EmbeddedDefault("shapes", {"image_size": 128, "num_samples": 256},
                                 "fast_nas_detection_spinenet_search_for_testing.yaml"),
 }
-# Vertex's --search_docker_flags keys and the SearchArgs field each sets ("model" only checks).
-DOCKER_FLAGS = {"params_override": "params_override", "training_data_path": "training_data_path",
-                "validation_data_path": "validation_data_path", "config_file": "config_files",
-                "model": "model", "experiment": "experiment", "dataset_dir": "dataset_dir"}
+# Vertex's --search_docker_flags keys and the field of the trials' RunSpec (nascli/run_spec.py)
+# each sets ("model" only checks; config_file adds one).
+DOCKER_FLAGS = {"params_override": "params_override",
+                "training_data_path": "data.training_data_path",
+                "validation_data_path": "data.validation_data_path",
+                "config_file": "config_files", "model": "model", "experiment": "experiment",
+                "dataset_dir": "data.dataset_dir"}
 
 
 def default_job_dir(space: str) -> str:
@@ -72,15 +75,20 @@ def parse_docker_flags(docker_flags: list[str]) -> list[tuple[str, str]]:
 
 
 def apply_docker_flags(args: "SearchArgs", docker_flags: list[str]) -> str | None:
-  """Sets the SearchArgs fields Vertex's KEY=VALUE trainer flags name; returns model=..., if any."""
+  """Sets the trials' run fields Vertex's KEY=VALUE trainer flags name; returns model=..., if
+  any."""
   model = None
   for key, value in parse_docker_flags(docker_flags):
     if key == "model":
       model = value
     elif key == "config_file":
-      args.config_files.append(value)
+      args.trial.run.config_files.append(value)
     else:
-      setattr(args, DOCKER_FLAGS[key], value)
+      *parents, field = DOCKER_FLAGS[key].split(".")
+      target = args.trial.run
+      for name in parents:
+        target = getattr(target, name)
+      setattr(target, field, value)
   return model
 
 
@@ -101,9 +109,10 @@ def run(args: "SearchArgs", docker_flags: list[str] | None = None,
     from tf_vision import search_spaces
     raise NascliError(f"unknown --prebuilt_search_space {space!r}; known:"
                       f" {', '.join(search_spaces.known_search_spaces())}")
-  if not (args.training_data_path or args.validation_data_path or args.dataset_dir):
-    args.dataset_dir = embedded_dataset(space)
-  if not args.config_files and space in DEFAULTS:
-    args.config_files = [str(TEST_FILES / DEFAULTS[space].config_file)]
+  run = args.trial.run
+  if not (run.data.training_data_path or run.data.validation_data_path or run.data.dataset_dir):
+    run.data.dataset_dir = embedded_dataset(space)
+  if not run.config_files and space in DEFAULTS:
+    run.config_files = [str(TEST_FILES / DEFAULTS[space].config_file)]
   state = search_loop.SearchLoop(args, executor).run()
   return results.trial_rows(args.job_dir, state)

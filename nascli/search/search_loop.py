@@ -34,6 +34,7 @@ from nascli import console
 from nascli import interrupts
 from nascli import storage
 from nascli.errors import NascliError
+from nascli.run_spec import TrialSettings
 from nascli.search import controller as controller_lib
 from nascli.search import executors
 from nascli.search import journal as journal_lib
@@ -46,41 +47,40 @@ stderr = Console(stderr=True)
 # Settings that may change when a search is resumed (they do not change what a trial is).
 MUTABLE = ("max_nas_trial", "max_parallel_nas_trial", "max_failed_nas_trial",
            "max_trial_retries", "trial_isolation", "max_trials_per_worker", "export_top_k",
-           "export_every_trial")
+           "trial.export_every_trial")
 # Off a terminal, the pace of the progress line on stderr (seconds); the env var overrides it.
 
 
 @dataclasses.dataclass
 class SearchArgs:
+  """A search: how it proposes and schedules trials, and what every trial runs with (`trial`,
+  which each trial_spec.json carries as it is)."""
   job_dir: str
   search_space: str = "mnasnet"
   search_space_module: str | None = None
   search_algorithm: str = "random"
-  seed: int = 0
   max_nas_trial: int = 4
   max_parallel_nas_trial: int = 1
   max_failed_nas_trial: int | None = None
   max_trial_retries: int = 2  # attempts lost with their worker/node, per trial
-  target_device_latency_ms: float | None = None
-  latency_constraint: str = "soft"
-  latency_weight: float = 0.07
-  experiment: str | None = None
-  config_files: list[str] = dataclasses.field(default_factory=list)
-  params_override: str | None = None
-  training_data_path: str | None = None
-  validation_data_path: str | None = None
-  dataset_dir: str | None = None
   overwrite: bool = False
   algorithm_options: dict[str, Any] = dataclasses.field(default_factory=dict)
   trial_isolation: str = "worker"  # executors.local_executor: warm workers, or a process each
   max_trials_per_worker: int = 10
   export_top_k: int = 3  # SavedModels of the best trials, at the end
-  export_every_trial: bool = False
+  trial: TrialSettings = dataclasses.field(default_factory=TrialSettings)
+
+  @property
+  def seed(self) -> int:
+    """--seed: the controller's, and every trial's (its run's)."""
+    return self.trial.run.seed
 
   def settings(self) -> dict[str, Any]:
-    """What defines the search (and so must match on resume)."""
-    data = {k: v for k, v in dataclasses.asdict(self).items() if k not in ("job_dir", "overwrite")}
-    data["config_files"] = [os.path.abspath(p) for p in self.config_files]
+    """What defines the search (and so must match on resume): the trial settings nested, their
+    local paths absolute, as the trials get them."""
+    data = dataclasses.asdict(dataclasses.replace(self, trial=self.trial.with_absolute_paths()))
+    for key in ("job_dir", "overwrite"):
+      del data[key]
     return data
 
 
@@ -101,7 +101,8 @@ class SearchLoop:
     self.executor = executor or executors.local_executor(
         args.trial_isolation, stderr_print=stderr.print,
         max_trials_per_worker=args.max_trials_per_worker)
-    reward_lib.check(args.latency_constraint, args.target_device_latency_ms, args.latency_weight)
+    reward_lib.check(args.trial.latency_constraint, args.trial.target_device_latency_ms,
+                     args.trial.latency_weight)
     if args.max_nas_trial < 1 or args.max_parallel_nas_trial < 1:
       raise NascliError("--max_nas_trial and --max_parallel_nas_trial must be at least 1")
     self.max_failed = (args.max_failed_nas_trial if args.max_failed_nas_trial is not None
@@ -129,23 +130,17 @@ class SearchLoop:
     self.decision_domains = results.decision_domains(self.space)
 
   def _spec(self, proposal: journal_lib.Proposal) -> TrialSpec:
-    a = self.args
     return TrialSpec(
         job_dir=os.path.abspath(self.work_dir), trial_id=proposal.trial_id,
-        search_space=self.space_name, nas_params=proposal.nas_params, experiment=a.experiment,
-        config_files=[os.path.abspath(p) for p in a.config_files],
-        params_override=a.params_override, training_data_path=a.training_data_path,
-        validation_data_path=a.validation_data_path, dataset_dir=_absolute(a.dataset_dir),
-        target_latency_ms=a.target_device_latency_ms, latency_constraint=a.latency_constraint,
-        latency_weight=a.latency_weight, seed=a.seed, export_saved_model=a.export_every_trial,
-        spawned_at=time.time())
+        search_space=self.space_name, nas_params=proposal.nas_params,
+        trial=self.args.trial.with_absolute_paths(), spawned_at=time.time())
 
   def _start(self, state: journal_lib.JobState, trial_id: str, slot: Any) -> _Running:
     proposal = state.proposals[trial_id]
     trial_dir = os.path.join(self.work_dir, trial_id)
     os.makedirs(trial_dir, exist_ok=True)
     spec_path = os.path.join(trial_dir, "trial_spec.json")
-    storage.write_text(spec_path, json.dumps(dataclasses.asdict(self._spec(proposal)), indent=2))
+    trial_lib.write_spec(spec_path, self._spec(proposal))
     stale = os.path.join(trial_dir, "job_status.json")
     if os.path.exists(stale):
       os.remove(stale)  # From an interrupted attempt: this attempt writes its own.
@@ -515,11 +510,6 @@ def _duration(seconds: float) -> str:
   if seconds < 3600:
     return f"{seconds // 60}m{seconds % 60:02d}s"
   return f"{seconds // 3600}h{seconds % 3600 // 60:02d}m"
-
-
-def _absolute(path: str | None) -> str | None:
-  """A local path as the trial sees it from any working directory (URLs stay as they are)."""
-  return path if not path or "://" in path else os.path.abspath(path)
 
 
 class _PlainDisplay:

@@ -23,6 +23,7 @@ from typing import Any
 from nascli import interrupts
 from nascli import storage
 from nascli.errors import NascliError
+from nascli.run_spec import Architecture, TrialSettings, from_dict
 
 # Tests only: the trial with this id kills its own process (os.abort) as it starts.
 ABORT_HOOK = "NASCLI_TEST_ABORT_TRIAL"
@@ -31,27 +32,27 @@ _CHECKPOINT_PATH = re.compile(r'^model_checkpoint_path:\s*"[^"]*?(\d+)"\s*$', re
 
 @dataclasses.dataclass
 class TrialSpec:
+  """One attempt of one trial, as trial_spec.json holds it: the trial's architecture and the
+  search's trial settings, as they are (its run's seed: a trial trains the same wherever it
+  runs)."""
   job_dir: str
   trial_id: str
   search_space: str
   nas_params: dict[str, str]
-  experiment: str | None = None
-  config_files: list[str] = dataclasses.field(default_factory=list)
-  params_override: str | None = None
-  training_data_path: str | None = None
-  validation_data_path: str | None = None
-  dataset_dir: str | None = None
-  target_latency_ms: float | None = None
-  latency_constraint: str = "soft"
-  latency_weight: float = 0.07
-  latency_runs: int = 20
-  seed: int | None = None  # the search's --seed: a trial trains the same wherever it runs
-  export_saved_model: bool = False  # --export_every_trial
+  trial: TrialSettings = dataclasses.field(default_factory=TrialSettings)
   spawned_at: float | None = None  # time.time() when the driver asked for the attempt
 
   @property
   def trial_dir(self) -> str:
     return os.path.join(self.job_dir, self.trial_id)
+
+  def train_args(self) -> Any:
+    """The nascli.training.TrainArgs this trial trains with: the search's run, this
+    architecture, into the trial dir."""
+    from nascli import training  # pylint: disable=g-import-not-at-top
+    run = dataclasses.replace(self.trial.run,
+                              architecture=Architecture(self.search_space, self.nas_params))
+    return training.TrainArgs(run=run, model_dir=self.trial_dir, keep_model=True)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -99,24 +100,6 @@ def _write_json(path: str, data: dict) -> None:
   storage.write_text(path, json.dumps(data, indent=2))
 
 
-def model_size(model, input_size: list[int]) -> tuple[int | None, int | None]:
-  """(parameters, FLOPs at batch 1) of a built task model.
-
-  Model Garden's counters give None for subclassed models (RetinaNet) that were never called:
-  parameters come from the variables, FLOPs from tracing `call` on an image spec.
-  """
-  # pylint: disable=g-import-not-at-top
-  import tensorflow as tf
-  from official.core import train_utils
-  params = sum(int(tf.size(w)) for w in model.weights) or None
-  image = tf.TensorSpec([1, *input_size], tf.float32)
-  inputs = {"images": image, "training": False}
-  if "image_shape" in model.call.__code__.co_varnames:
-    inputs["image_shape"] = tf.constant([input_size[:2]], tf.float32)
-  flops = train_utils.try_count_flops(model, inputs)
-  return params, flops
-
-
 def timing_breakdown(spec: TrialSpec, ready: float, phases: dict[str, float],
                      train_result: dict) -> dict[str, Any]:
   """Where a trial's wall time went, split into the training work and the fixed overhead.
@@ -155,19 +138,19 @@ def run(spec: TrialSpec, ready: float | None = None) -> dict:
 
   Lean: latency is timed on the trained model's serving function in memory (the graph the
   SavedModel would serve) and params/FLOPs are read off that model; the SavedModel itself is
-  exported only with `export_saved_model` (the search exports its best trials at the end).
+  exported only with `export_every_trial` (the search exports its best trials at the end).
   """
   # pylint: disable=g-import-not-at-top
   from nascli import training
   from nascli.search import reward
   from tf_vision import job_status
-  from tf_vision.search_spaces import nas_params as nas_params_lib
+  from tf_vision import model_analysis
   from tf_vision.serving import export_lib, latency
   binding = binding_for(spec.search_space)
+  settings = spec.trial
   ready = time.time() if ready is None else ready
   os.makedirs(spec.trial_dir, exist_ok=True)
   _write_json(os.path.join(spec.trial_dir, "nas_params_str.json"), spec.nas_params)
-  _, block_specs = nas_params_lib.decode(spec.search_space, spec.nas_params)
   phases, clock = {}, time.monotonic()
 
   def lap(name: str) -> None:
@@ -176,38 +159,32 @@ def run(spec: TrialSpec, ready: float | None = None) -> dict:
     phases[name] = now - clock
     clock = now
 
-  result = training.train(training.TrainArgs(
-      model=binding.model, experiment=spec.experiment or binding.experiment,
-      config_files=spec.config_files, params_override=spec.params_override,
-      training_data_path=spec.training_data_path,
-      validation_data_path=spec.validation_data_path, dataset_dir=spec.dataset_dir,
-      model_dir=spec.trial_dir, extra_options=backbone_override(binding, block_specs),
-      seed=spec.seed, keep_model=True))
+  result = training.train(spec.train_args())
   lap("train")
   metrics = result["eval_metrics"]
   if binding.metric not in metrics:
     raise NascliError(f"trial {spec.trial_id}: evaluation gave no {binding.metric!r}")
   accuracy = metrics[binding.metric]
   params, model = result.pop("params"), result.pop("model")
-  if spec.export_saved_model:
+  if settings.export_every_trial:
     import tensorflow as tf  # pylint: disable=g-import-not-at-top
     export_lib.export(params, tf.train.latest_checkpoint(spec.trial_dir),
                       os.path.join(spec.trial_dir, "export"), input_type="image_tensor",
                       overwrite=True)
     lap("export")
   latency_report = latency.measure_model_latency(params, model, batch_sizes=(1,),
-                                                 runs=spec.latency_runs)
+                                                 runs=settings.latency_runs)
   latency_ms = latency_report["batch"]["1"]["median_ms"]
   lap("latency")
-  num_params, flops = model_size(model, list(params.task.model.input_size))
+  num_params, flops = model_analysis.model_size(model, list(params.task.model.input_size))
   lap("analysis")
   analysis = {
       "trial_id": spec.trial_id,
       "accuracy": accuracy,
       "accuracy_metric": binding.metric,
       "latency_ms": latency_ms,
-      "reward": reward.compute(accuracy, latency_ms, spec.target_latency_ms,
-                               spec.latency_constraint, spec.latency_weight),
+      "reward": reward.compute(accuracy, latency_ms, settings.target_device_latency_ms,
+                               settings.latency_constraint, settings.latency_weight),
       "params": num_params,
       "flops": flops,
       "eval_metrics": metrics,
@@ -254,9 +231,13 @@ def mark_interrupted(trial_dir: str, signum: int) -> bool:
   return True
 
 
+def write_spec(spec_path: str, spec: TrialSpec) -> None:
+  storage.write_text(spec_path, json.dumps(dataclasses.asdict(spec), indent=2))
+
+
 def read_spec(spec_path: str) -> TrialSpec:
   with open(spec_path, encoding="utf-8") as f:
-    return TrialSpec(**json.load(f))
+    return from_dict(TrialSpec, json.load(f), what=spec_path)
 
 
 def attempt(spec_path: str) -> int:

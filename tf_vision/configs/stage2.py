@@ -20,6 +20,7 @@ from typing import Any
 
 from nascli import storage
 from nascli.errors import NascliError
+from nascli.run_spec import DataSpec
 from official.core import config_definitions as cfg
 from tf_vision.configs.yaml_source import load_yaml_source
 
@@ -66,7 +67,7 @@ class Trial:
   nas_params_path: str
   search_space: str | None
   experiment: str | None
-  data: dict[str, str]  # the search's data flags: dataset_dir / training_data_path / ...
+  data: dict[str, str]  # the search's data flags that were set (DataSpec fields)
   recipe: Recipe | None
   notes: list[str]
 
@@ -97,8 +98,12 @@ def read_trial(job_dir: str, trial_id: str) -> Trial:
     raise NascliError(f"search job {job_dir} has no trial {trial_id} ({nas_params} missing)")
   spec = _read_json(storage.join(trial_dir, "trial_spec.json"))
   run_info = _read_json(storage.join(trial_dir, "nascli_run.json"))
-  data = {k: spec[k] for k in ("dataset_dir", "training_data_path", "validation_data_path")
-          if spec.get(k)}
+  # The trials' RunSpec (nascli/run_spec.py) as TrialSpec nests it; an older trial_spec.json
+  # held its fields flat.
+  run = (spec.get("trial") or {}).get("run") or spec
+  data_flags = run.get("data") or run
+  data = {f.name: data_flags[f.name] for f in dataclasses.fields(DataSpec)
+          if data_flags.get(f.name)}
   notes: list[str] = []
   params_path = storage.join(trial_dir, "params.yaml")
   recipe = None
@@ -108,15 +113,15 @@ def read_trial(job_dir: str, trial_id: str) -> Trial:
       _drop(override, key)
     recipe = Recipe([(override, f"trial {trial_id}'s {params_path}")],
                     origin=f"trial {trial_id}'s params.yaml ({params_path})")
-  elif spec.get("config_files") or spec.get("params_override"):
+  elif run.get("config_files") or run.get("params_override"):
     sources = []
-    for path in spec.get("config_files") or []:
+    for path in run.get("config_files") or []:
       if storage.is_file(path):
         sources.append((load_yaml_source(path, "--config_file"), f"the search's {path}"))
       else:
         notes.append(f"the search's --config_file {path} is gone: stage 2 goes without it")
-    if spec.get("params_override"):
-      sources.append((load_yaml_source(spec["params_override"], "--params_override"),
+    if run.get("params_override"):
+      sources.append((load_yaml_source(run["params_override"], "--params_override"),
                       "the search's --params_override"))
     recipe = Recipe(sources, origin=f"the config files of trial {trial_id}'s search"
                     f" ({storage.join(trial_dir, 'trial_spec.json')})")
@@ -125,7 +130,7 @@ def read_trial(job_dir: str, trial_id: str) -> Trial:
                  " stage 2 starts from the experiment's defaults")
   return Trial(trial_id=trial_id, trial_dir=trial_dir, nas_params_path=nas_params,
                search_space=spec.get("search_space"),
-               experiment=run_info.get("experiment") or spec.get("experiment"), data=data,
+               experiment=run_info.get("experiment") or run.get("experiment"), data=data,
                recipe=recipe, notes=notes)
 
 
