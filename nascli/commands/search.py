@@ -84,8 +84,9 @@ def search(
     export_every_trial: f.ExportEveryTrial = False,
     as_json: f.AsJson = False,
 ) -> None:
-  """Search architectures with trials as Ray tasks: same journal, trials and outputs as
-  search_in_local; the job dir must be on storage every node reaches."""
+  """Search architectures with trials on a Ray cluster (a warm worker per slot in a Ray actor,
+  or a Ray task per trial): same journal, trials and outputs as search_in_local; a local job
+  dir must be on storage every node reaches."""
   del use_prebuilt_trainer
   values = locals()
   f.check(values)  # before Ray, pyglove and TensorFlow are imported
@@ -98,10 +99,12 @@ def search(
   with f.interrupt_described(values):
     # pylint: disable=g-import-not-at-top
     from nascli.search import local_main
-    from nascli.search.ray_executor import RayExecutor
+    from nascli.search import ray_executor
     args = f.from_flags(values, max_trial_retries=max_trial_retries)
-    executor = RayExecutor(ray_address, num_cpus_per_trial, num_gpus_per_trial, env,
-                           ray_num_cpus, ray_temp_dir)
+    executor = ray_executor.ray_executor(
+        trial_isolation, ray_address, num_cpus_per_trial=num_cpus_per_trial,
+        num_gpus_per_trial=num_gpus_per_trial, runtime_env=env, local_num_cpus=ray_num_cpus,
+        local_temp_dir=ray_temp_dir, max_trials_per_worker=max_trials_per_worker)
     # Ray's driver prints worker and raylet messages with print(): they are logs, not results.
     with contextlib.redirect_stdout(sys.stderr):
       rows = local_main.run(args, search_docker_flags, executor)

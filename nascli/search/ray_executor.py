@@ -1,17 +1,30 @@
-"""Trial attempts as Ray tasks: the same trial process, scheduled on a Ray cluster.
+"""Trial attempts on a Ray cluster: a warm worker per slot in a Ray actor, or a Ray task each.
 
-Each attempt is one Ray task that starts `python -m nascli.search.trial SPEC.json` on the node
-Ray picks (with the CPUs/GPUs asked for; Ray sets CUDA_VISIBLE_DEVICES) and returns its exit
-code. A local job dir must be on storage every node reaches: the trial writes its own
+`--trial_isolation worker` (the default): each slot of the search (`--max_parallel_nas_trial`)
+is one Ray actor holding the CPUs/GPUs a trial asks for (Ray sets CUDA_VISIBLE_DEVICES). The
+actor starts the same warm worker `search_in_local` uses (nascli/search/worker.py, through
+warm_workers.Worker) on its node and hands it attempt after attempt, so TensorFlow is imported
+once per worker, not once per trial. A worker that dies under its actor, or ends after a failed
+trial, fails that attempt (its exit code and a reason, as locally) and the actor starts a fresh
+one for the next; a worker is recycled after `--max_trials_per_worker`. An actor that dies (its
+process or node lost) loses its attempt: the search loop journals it and retries, and the slot
+gets a new actor. Workers die with their actor (PR_SET_PDEATHSIG), and actors with the driver's
+Ray job.
+
+`--trial_isolation process`: each attempt is one Ray task that starts `python -m
+nascli.search.trial SPEC.json` on the node Ray picks and returns its exit code.
+
+Either way a local job dir must be on storage every node reaches: the trial writes its own
 directory there, the driver reads it. With a gs:// job dir nothing needs sharing but the
-bucket: the task carries the trial spec and the config files' text, runs the trial in a
+bucket: the attempt carries the trial spec and the config files' text, runs the trial in a
 temporary folder of its node (in the trainer image, with --container_image) and uploads the
-trial folder to the bucket, its marker last, before it returns. Ray's own task retries are
-off: when a worker or node dies, the attempt comes back `lost`, and the search loop journals
-it and decides on the retry, so every retry is on record and a resumed driver knows about it.
+trial folder to the bucket, its marker last, before it returns. Ray's own retries are off: when
+a worker or node dies, the attempt comes back `lost`, and the search loop journals it and decides
+on the retry, so every retry is on record and a resumed driver knows about it.
 
-An interrupted search cancels its tasks (Ray raises KeyboardInterrupt in each), and each task
-passes the signal on to its trial process and waits for it to record `interrupted`.
+An interrupted search passes the signal on: each busy actor signals its worker, whose trial
+records `interrupted`; a task is cancelled (Ray raises KeyboardInterrupt in it) and passes
+SIGINT on to its trial process. Either way the driver waits until the trials have recorded it.
 """
 
 import dataclasses
@@ -20,13 +33,18 @@ import os
 import signal
 import subprocess
 import tempfile
+import threading
 import time
+from concurrent import futures
 from typing import Any
 
 from nascli.errors import NascliError
 from nascli.search import executors
+from nascli.search import warm_workers
 
 INSTALL_HINT = "Ray is not installed: pip install 'nascli[ray]' (or: pip install 'ray[default]')"
+_POLL_S = 0.1  # how often an actor looks for its worker's answer
+_CLOSE_S = 20.0  # how long the driver waits for its actors to end their workers
 
 
 def _import_ray():
@@ -59,22 +77,30 @@ def _wait(process: subprocess.Popen) -> int:
   return process.returncode
 
 
+def _unship(shipped: dict[str, Any], job: str) -> tuple[str, str]:
+  """Writes a shipped attempt's config files and spec into `job`, a temporary job dir of this
+  node; returns (spec path, trial dir)."""
+  from nascli import storage  # pylint: disable=g-import-not-at-top
+  spec = json.loads(json.dumps(shipped["spec"]))  # a deep copy: the argument stays as it is
+  configs = []
+  for index, (name, text) in enumerate(shipped["configs"]):
+    configs.append(os.path.join(job, "configs", f"{index}_{name}"))
+    storage.write_text(configs[-1], text)
+  spec["job_dir"] = job
+  spec["trial"]["run"]["config_files"] = configs  # TrialSpec.trial.run (nascli/run_spec.py)
+  trial_dir = os.path.join(job, spec["trial_id"])
+  os.makedirs(trial_dir)
+  spec_path = os.path.join(trial_dir, "trial_spec.json")
+  storage.write_text(spec_path, json.dumps(spec, indent=2))
+  return spec_path, trial_dir
+
+
 def _run_shipped(shipped: dict[str, Any], cwd: str) -> int:
   """A trial whose spec and config files came with the task: run in a temporary job dir on
   this node, then its folder uploaded to `publish_to` (the same upload as the driver's)."""
-  from nascli import storage  # pylint: disable=g-import-not-at-top
   from nascli.search import workspace  # pylint: disable=g-import-not-at-top
-  spec = dict(shipped["spec"])
   with tempfile.TemporaryDirectory(prefix="nascli-trial-") as job:
-    configs = []
-    for index, (name, text) in enumerate(shipped["configs"]):
-      configs.append(os.path.join(job, "configs", f"{index}_{name}"))
-      storage.write_text(configs[-1], text)
-    spec.update(job_dir=job, config_files=configs)
-    trial_dir = os.path.join(job, spec["trial_id"])
-    os.makedirs(trial_dir)
-    spec_path = os.path.join(trial_dir, "trial_spec.json")
-    storage.write_text(spec_path, json.dumps(spec, indent=2))
+    spec_path, trial_dir = _unship(shipped, job)
     code = _wait(executors.start_trial_process(spec_path, trial_dir,
                                                cwd=cwd if os.path.isdir(cwd) else None))
     workspace.upload_trial(trial_dir, shipped["publish_to"])
@@ -86,7 +112,7 @@ def ship(spec_path: str, publish_to: str) -> dict[str, Any]:
   from nascli import storage  # pylint: disable=g-import-not-at-top
   spec = json.loads(storage.read_text(spec_path))
   configs = [(os.path.basename(path), storage.read_text(path))
-             for path in spec.get("config_files") or []]
+             for path in spec["trial"]["run"]["config_files"]]
   return {"spec": spec, "configs": configs, "publish_to": publish_to}
 
 
@@ -99,15 +125,160 @@ def _stopped(trial_dir: str) -> bool:
                                                       job_status.COMPLETED)
 
 
+def _own_log() -> str:
+  """Where this process's stderr goes (a Ray worker's: its `.err` file in the node's Ray logs),
+  for a warm worker's output outside its requests when the job dir is not on this node."""
+  try:
+    path = os.readlink("/proc/self/fd/2")
+  except OSError:
+    return os.devnull
+  return path if os.path.isfile(path) else os.devnull
+
+
+class TrialActor:
+  """One slot of a search, on the node Ray placed it: a warm worker there, given attempt after
+  attempt (`run`), replaced when it died, failed or served its `max_trials_per_worker`.
+  Threaded (two calls at once) so that `interrupt` reaches a worker while `run` waits on it."""
+
+  def __init__(self, name: str, max_trials_per_worker: int):
+    self._name = name
+    self._max = max_trials_per_worker
+    self._worker: warm_workers.Worker | None = None
+    self._started = 0
+    self._lock = threading.Lock()
+    self._busy: warm_workers.Worker | None = None  # the worker running an attempt
+    self._stop: int | None = None  # the signal of an interrupt (the search is stopping)
+    # Workers start from this one thread, which lives as long as the actor: PR_SET_PDEATHSIG
+    # fires when the *thread* that started a process ends, and Ray's method threads are Ray's.
+    self._spawner = futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="nascli-spawn")
+
+  def run(self, spec_path: str, trial_dir: str, cwd: str,
+          shipped: dict[str, Any] | None = None) -> dict[str, Any]:
+    """One attempt to its end: {"returncode": C} and, if the worker died under it, "error"."""
+    if shipped is None:
+      return self._attempt(spec_path, trial_dir, cwd, os.path.join(
+          os.path.dirname(trial_dir), warm_workers.WORKER_LOGS))
+    from nascli.search import workspace  # pylint: disable=g-import-not-at-top
+    with tempfile.TemporaryDirectory(prefix="nascli-trial-") as job:
+      spec_path, trial_dir = _unship(shipped, job)
+      result = self._attempt(spec_path, trial_dir, cwd, None)
+      workspace.upload_trial(trial_dir, shipped["publish_to"])
+    return result
+
+  def _ready_worker(self, cwd: str, log_dir: str | None) -> warm_workers.Worker:
+    worker = self._worker
+    if worker is not None and worker.usable():
+      return worker
+    if worker is not None:
+      worker.close()
+    self._started += 1
+    log = (os.path.join(log_dir, f"ray-{self._name}-{self._started}.log") if log_dir
+           else _own_log())
+    self._worker = self._spawner.submit(
+        warm_workers.Worker, None, cwd if os.path.isdir(cwd) else None, log, self._max).result()
+    return self._worker
+
+  def _attempt(self, spec_path: str, trial_dir: str, cwd: str,
+               log_dir: str | None) -> dict[str, Any]:
+    log = os.path.join(trial_dir, executors.TRIAL_LOG)
+    worker = self._ready_worker(cwd, log_dir)
+    try:
+      request = worker.submit("trial", log, spec=spec_path)
+    except OSError:  # it ended since it was found usable: a fresh one takes the attempt
+      worker.close()
+      worker = self._ready_worker(cwd, log_dir)
+      request = worker.submit("trial", log, spec=spec_path)
+    with self._lock:
+      self._busy, stop = worker, self._stop
+    if stop is not None:  # the interrupt came while the attempt was being handed over
+      worker.signal(stop)
+    try:
+      while (code := worker.result(request)) is None:
+        exited = worker.exit_code()
+        if exited is not None:
+          code = worker.result(request)  # it may have answered just before it ended
+          if code is None:
+            return {"returncode": exited, "error": f"the trial's worker (pid {worker.pid}, on"
+                    f" {_node()}) {warm_workers.died(exited)}"}
+          break
+        time.sleep(_POLL_S)
+    finally:
+      with self._lock:
+        self._busy = None
+    return {"returncode": code}
+
+  def interrupt(self, signum: int, grace_s: float) -> None:
+    """Passes `signum` on to the busy worker (its trial records `interrupted`, answers and the
+    worker exits); waits up to `grace_s` for it, then kills it."""
+    with self._lock:
+      self._stop, worker = signum, self._busy
+    if worker is None:
+      return
+    worker.signal(signum)
+    try:
+      worker.process.wait(timeout=grace_s)
+    except subprocess.TimeoutExpired:
+      worker.process.kill()
+      worker.process.wait()
+
+  def close(self) -> None:
+    """Ends the idle worker the way it ends locally (its channel closed: it cleans up and
+    exits), rather than by the SIGKILL it would get as its actor goes."""
+    if self._worker is not None:
+      self._worker.close()
+      self._worker = None
+
+
+def _node() -> str:
+  try:
+    import ray  # pylint: disable=g-import-not-at-top
+    return f"node {ray.util.get_node_ip_address()}"
+  except Exception:  # pylint: disable=broad-except
+    return "its node"
+
+
+def _lost(error: Exception) -> str:
+  return " ".join(f"{type(error).__name__}: {error}".split())[:500]
+
+
+def _failed(error: Exception) -> str:
+  """An attempt that raised where it ran (e.g. the job dir is not reachable from that node)."""
+  cause = error.cause if getattr(error, "cause", None) is not None else error
+  return " ".join(f"{type(cause).__name__}: {cause}".split())[:500]
+
+
 @dataclasses.dataclass(frozen=True)
 class _Attempt:
-  ref: Any  # the Ray task's ObjectRef
-  published: bool  # the task uploads the trial folder itself
+  ref: Any  # the ObjectRef of the Ray task, or of the actor's `run`
+  published: bool  # the attempt uploads the trial folder itself
   trial_dir: str | None = None  # where the driver sees the trial's files (None: shipped)
+  slot: Any = None  # the actor's slot (--trial_isolation worker)
+  actor: Any = None
+
+
+_RAY_EXECUTORS: dict[str, type["RayExecutor"]] = {}
+
+
+def register_ray_executor(isolation: str):
+  """Registers the Ray executor class of a --trial_isolation value."""
+  def register(cls):
+    _RAY_EXECUTORS[isolation] = cls
+    return cls
+  return register
+
+
+def ray_executor(isolation: str, address: str, **kwargs) -> "RayExecutor":
+  """The executor of `nascli search` for a --trial_isolation value."""
+  cls = _RAY_EXECUTORS.get(isolation)
+  if cls is None:
+    raise NascliError(f"unknown --trial_isolation {isolation!r}; known:"
+                      f" {', '.join(sorted(_RAY_EXECUTORS))}")
+  return cls(address, **kwargs)
 
 
 class RayExecutor(executors.Executor):
-  """Connects to (or, with address "local", starts) a Ray instance for one search."""
+  """Connects to (or, with address "local", starts) a Ray instance for one search; a subclass
+  says how attempts run on it."""
 
   def __init__(self, address: str, num_cpus_per_trial: float = 1.0,
                num_gpus_per_trial: float = 0.0, runtime_env: dict[str, Any] | None = None,
@@ -146,8 +317,21 @@ class RayExecutor(executors.Executor):
       raise NascliError(f"the Ray cluster at {address} has {resources.get('CPU', 0):g} CPUs and"
                         f" {resources.get('GPU', 0):g} GPUs: a trial asks for"
                         f" {num_cpus_per_trial:g} CPUs and {num_gpus_per_trial:g} GPUs")
-    self._task = ray.remote(run_trial_attempt).options(
-        num_cpus=num_cpus_per_trial, num_gpus=num_gpus_per_trial, max_retries=0)
+    self._resources = {"num_cpus": num_cpus_per_trial, "num_gpus": num_gpus_per_trial}
+
+  def close(self) -> None:
+    if self._ray.is_initialized():
+      self._ray.shutdown()
+
+
+@register_ray_executor("process")
+class RayTaskExecutor(RayExecutor):
+  """A Ray task per attempt, each running a trial process of its own."""
+
+  def __init__(self, address: str, max_trials_per_worker: int | None = None, **kwargs):
+    del max_trials_per_worker  # an option of warm workers
+    super().__init__(address, **kwargs)
+    self._task = self._ray.remote(run_trial_attempt).options(max_retries=0, **self._resources)
 
   def slots(self, max_parallel: int) -> list[Any]:
     # Ray places each task where its resources are free; attempts beyond what the cluster
@@ -170,11 +354,9 @@ class RayExecutor(executors.Executor):
     try:
       return executors.Outcome(returncode=ray.get(handle.ref), published=handle.published)
     except ray.exceptions.RayTaskError as e:
-      # The task itself raised (e.g. the job dir is not reachable from that node).
-      cause = e.cause if getattr(e, "cause", None) is not None else e
-      return executors.Outcome(error=" ".join(f"{type(cause).__name__}: {cause}".split())[:500])
+      return executors.Outcome(error=_failed(e))
     except ray.exceptions.RayError as e:  # worker crashed, node died, object lost
-      return executors.Outcome(lost=" ".join(f"{type(e).__name__}: {e}".split())[:500])
+      return executors.Outcome(lost=_lost(e))
 
   def interrupt(self, handles: list[_Attempt], signum: int) -> None:
     """Cancels the tasks (each passes SIGINT on to its trial, see `_wait`) and waits until
@@ -192,6 +374,94 @@ class RayExecutor(executors.Executor):
     if refs:
       self._ray.wait(refs, num_returns=len(refs), timeout=max(0.0, deadline - time.monotonic()))
 
+
+@register_ray_executor("worker")
+class RayActorExecutor(RayExecutor):
+  """A Ray actor per slot, each with a warm worker on its node (TrialActor)."""
+
+  def __init__(self, address: str,
+               max_trials_per_worker: int = warm_workers.DEFAULT_MAX_TRIALS, **kwargs):
+    super().__init__(address, **kwargs)
+    self._max_trials = max_trials_per_worker
+    self._actor_class = self._ray.remote(TrialActor).options(
+        max_concurrency=2, max_restarts=0, max_task_retries=0, **self._resources)
+    self._actors: dict[int, Any] = {}  # slot -> its actor
+    self._up: dict[int, Any] = {}  # slot -> a ref that is ready once its actor runs
+    self._created = 0
+
+  def slots(self, max_parallel: int) -> list[Any]:
+    # An actor per slot; those the cluster cannot hold at once wait in Ray's queue.
+    return list(range(max_parallel))
+
+  def _actor(self, slot: int) -> Any:
+    actor = self._actors.get(slot)
+    if actor is None:
+      self._created += 1
+      actor = self._actors[slot] = self._actor_class.remote(f"{slot}.{self._created}",
+                                                            self._max_trials)
+      self._up[slot] = actor.__ray_ready__.remote()
+    return actor
+
+  def _running(self, slot: int) -> bool:
+    up = self._up.get(slot)
+    return up is not None and bool(self._ray.wait([up], timeout=0)[0])
+
+  def _retire(self, handle: _Attempt) -> None:
+    """The slot's next attempt gets a new actor; this one is killed first, in case it is only
+    unreachable, not dead, so that it cannot run the attempt alongside its retry."""
+    if self._actors.get(handle.slot) is handle.actor:
+      del self._actors[handle.slot]
+      self._up.pop(handle.slot, None)
+    try:
+      self._ray.kill(handle.actor, no_restart=True)
+    except Exception:  # pylint: disable=broad-except
+      pass  # gone already
+
+  def start(self, spec_path: str, trial_dir: str, slot: Any,
+            publish_to: str | None = None) -> _Attempt:
+    shipped = ship(spec_path, publish_to) if publish_to else None
+    actor = self._actor(slot)
+    ref = actor.run.remote(os.path.abspath(spec_path), os.path.abspath(trial_dir), os.getcwd(),
+                           shipped)
+    return _Attempt(ref, shipped is not None, None if shipped else os.path.abspath(trial_dir),
+                    slot, actor)
+
+  def poll(self, handle: _Attempt) -> executors.Outcome | None:
+    ray = self._ray
+    ready, _ = ray.wait([handle.ref], timeout=0)
+    if not ready:
+      return None
+    try:
+      result = ray.get(handle.ref)
+    except ray.exceptions.RayActorError as e:  # its process or node died: the attempt is lost
+      self._retire(handle)
+      return executors.Outcome(lost=_lost(e))
+    except ray.exceptions.RayTaskError as e:
+      return executors.Outcome(error=_failed(e))
+    except ray.exceptions.RayError as e:  # object lost
+      self._retire(handle)
+      return executors.Outcome(lost=_lost(e))
+    return executors.Outcome(returncode=result["returncode"], error=result.get("error"),
+                             published=handle.published)
+
+  def interrupt(self, handles: list[_Attempt], signum: int) -> None:
+    """Each busy actor passes `signum` on to its worker and waits for the trial to record
+    `interrupted`; an actor that Ray has not started yet ran nothing, and is killed."""
+    grace = executors.INTERRUPT_GRACE_S
+    waits = []
+    for handle in handles:
+      if self._running(handle.slot) and self._actors.get(handle.slot) is handle.actor:
+        waits += [handle.actor.interrupt.remote(signum, grace), handle.ref]
+      else:
+        self._retire(handle)
+    if waits:
+      self._ray.wait(waits, num_returns=len(waits), timeout=grace + 5.0)
+
   def close(self) -> None:
     if self._ray.is_initialized():
-      self._ray.shutdown()
+      running = [a for s, a in self._actors.items() if self._running(s)]
+      refs = [actor.close.remote() for actor in running]
+      if refs:
+        self._ray.wait(refs, num_returns=len(refs), timeout=_CLOSE_S)
+    self._actors.clear()
+    super().close()
