@@ -97,10 +97,6 @@ def _one_line(message: str) -> str:
   return " ".join(str(message).split())
 
 
-# Until search/trial.py and search/worker.py call nascli.runtime themselves.
-_quiet_libraries = runtime.quiet_libraries
-
-
 # Options that take several values after one flag, as Vertex's argparse `nargs="*"` did.
 _MULTI_VALUE_OPTIONS = ("--search_docker_flags", "--search-docker-flags")
 

@@ -10,7 +10,7 @@ import time
 from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
 
-from nascli import process_exit
+from nascli import runtime
 from nascli import storage
 from nascli.errors import ConfigValueError, NascliError
 from nascli.run_spec import Architecture, RunSpec
@@ -178,7 +178,7 @@ def upload_model_dir(local: str, url: str) -> list[str]:
 
 def _train(args: TrainArgs, upload_to: str | None = None) -> dict:
   run_plan = plan(args)
-  process_exit.request()  # the console script then skips tf.data's slow teardown
+  runtime.request()  # the console script then skips tf.data's slow teardown
   # pylint: disable=g-import-not-at-top
   import tensorflow as tf
   from official.modeling import performance

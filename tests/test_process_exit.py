@@ -1,6 +1,8 @@
-"""A process that trained ends without interpreter teardown, and loses nothing by it."""
+"""A process that trained ends without interpreter teardown (nascli.runtime.finish), and loses
+nothing by it: no result, no summary, no checkpoint; and it leaves no temp file behind."""
 
 import json
+import os
 import subprocess
 import sys
 import textwrap
@@ -20,14 +22,14 @@ def _python(code: str) -> subprocess.CompletedProcess:
 def test_finish_skips_teardown_only_when_requested(requested):
   proc = _python(f"""
       import atexit, logging, sys
-      from nascli import process_exit
+      from nascli import runtime
       logging.basicConfig(stream=open("/dev/stderr", "w"), level=logging.INFO)
       atexit.register(lambda: print("teardown ran", file=sys.stderr))
       if {requested}:
-        process_exit.request()
+        runtime.request()
       logging.info("logged before the exit")
       print("a result without a newline", end="")  # still buffered: finish must flush it
-      process_exit.finish(3)
+      runtime.finish(3)
       """)
   assert proc.returncode == 3
   assert proc.stdout == "a result without a newline"
@@ -38,11 +40,14 @@ def test_finish_skips_teardown_only_when_requested(requested):
 def test_train_process_leaves_complete_files(tmp_path):
   data = convert_digits32(tmp_path / "digits32", num_shards=2)
   model_dir = tmp_path / "run"
+  temp = tmp_path / "temp"
+  temp.mkdir()
   proc = nascli_subprocess(
       "train", "--dataset_dir", data, "--model_dir", model_dir, "--json", "--params_override",
       "trainer.train_steps=6,trainer.steps_per_loop=3,trainer.summary_interval=3,"
-      "trainer.checkpoint_interval=6,trainer.validation_interval=6")
+      "trainer.checkpoint_interval=6,trainer.validation_interval=6", env={"TMPDIR": str(temp)})
   assert proc.returncode == 0, proc.stderr
+  assert os.listdir(temp) == []  # autograph's generated modules went with the process
   result = json.loads(proc.stdout)  # the whole result reached stdout
   assert result["step"] == 6 and result["status"] == "completed"
   import tensorflow as tf  # pylint: disable=g-import-not-at-top

@@ -1,7 +1,7 @@
 """The search loop of `search_in_local` and `search`: propose, run trials, record, feed back.
 
 The driver is the journal's only writer. It proposes, starts up to `max_parallel` trial
-attempts through an executor (processes on this machine, or Ray tasks on a cluster), waits for
+attempts through an executor (warm workers on this machine, or on Ray actors), waits for
 any to end, records the outcome and feeds the reward back. Resume = replay the journal:
 completed trials stay, interrupted ones run again with their architecture, the controller is
 rebuilt. An attempt lost with its machine is journaled and retried, up to `max_trial_retries`.

@@ -21,6 +21,7 @@ import traceback
 from typing import Any
 
 from nascli import interrupts
+from nascli import runtime
 from nascli import storage
 from nascli.errors import NascliError
 from nascli.run_spec import Architecture, TrialSettings, from_dict
@@ -272,7 +273,7 @@ def attempt(spec_path: str) -> int:
   except Exception as e:  # pylint: disable=broad-except
     # Any failure of one architecture (including out-of-memory) ends this trial, not the search.
     reason = " ".join(f"{type(e).__name__}: {e}".split())[:500]
-    if os.environ.get("NASCLI_DEBUG") == "1":
+    if runtime.debug():
       traceback.print_exc()
     status = job_status.read(spec.trial_dir) or {}
     if status.get("status") != job_status.FAILED_WITH_NAN:
@@ -285,8 +286,7 @@ def main(argv: list[str]) -> int:
   """Entry point of a one-trial process (`--trial_isolation process`)."""
   # pylint: disable=g-import-not-at-top
   from nascli import frameworks
-  from nascli.app import _quiet_libraries
-  _quiet_libraries()
+  runtime.quiet_libraries()
   with interrupts.handled():
     try:
       frameworks.load()
@@ -296,6 +296,4 @@ def main(argv: list[str]) -> int:
 
 
 if __name__ == "__main__":
-  # pylint: disable=g-import-not-at-top
-  from nascli import process_exit
-  process_exit.finish(main(sys.argv[1:]))  # no 15-60 s tf.data teardown after the results
+  runtime.finish(main(sys.argv[1:]))  # no 15-60 s tf.data teardown after the results

@@ -6,7 +6,7 @@ libraries that append and rename files, which objects cannot do (and TensorFlow'
 writer cannot reach an emulator). So its trials run in a local staging copy of the job dir
 (`journal.staging_dir(url)`), and when a trial ends its folder is uploaded, each file in one
 complete upload, the marker last, BEFORE the journal records the outcome: a journal entry
-never names files that are not there. A trial that runs on another machine (a Ray task) runs
+never names files that are not there. A trial that runs on another machine (on a Ray actor or task) runs
 in that machine's temporary folder and uploads its own folder the same way (upload_trial); the
 driver then fetches only its marker and metrics (fetch_outcome).
 """
@@ -114,7 +114,7 @@ class GcsWorkspace:
 def upload_trial(local: str, remote: str) -> None:
   """Uploads a trial folder: objects an earlier attempt left and this one did not write are
   removed, then every file goes up whole, `LAST` last, the marker at the very end. Runs in the
-  driver for staged trials and in the Ray task for trials that ran on another node."""
+  driver for staged trials and on the Ray node for trials that ran on another node."""
   names = [n for n in storage.list_names(local) if not _temporary(n)]
   for stale in sorted(set(storage.list_names(remote)) - set(names)):
     storage.delete(storage.join(remote, stale), missing_ok=True)
