@@ -49,9 +49,10 @@ def test_three_trial_search_records_everything(cache, tmp_path):
     analysis = json.loads((trial / "model_analysis.json").read_text())
     assert analysis["params"] > 10_000 and analysis["flops"] > analysis["params"]
     timing = analysis["timing"]
-    # One warm worker ran all three: only the first trial waited for its imports; no trial
-    # exported a SavedModel itself, the search exported its best ones at the end.
-    assert (timing["startup_s"] > 2) is (r["trial_id"] == "1"), timing
+    # One warm worker ran all three (started as the driver loaded TensorFlow itself): the later
+    # trials did not wait for imports; no trial exported a SavedModel itself, the search
+    # exported its best ones at the end.
+    assert r["trial_id"] == "1" or timing["startup_s"] < 1, timing
     assert timing["train_steps_s"] > 0 and timing["export_s"] == 0
     assert (trial / "export" / "saved_model" / "saved_model.pb").exists()
     assert analysis["latency"]["measured_on"] == "serving function of the trained model"
@@ -66,6 +67,7 @@ def test_three_trial_search_records_everything(cache, tmp_path):
   assert len(json.loads((job / "trials.json").read_text())) == 3
   assert sorted(p for p in os.listdir(job / "hparams") if p.startswith("trial-")) == [
       "trial-0001", "trial-0002", "trial-0003"]
+  assert sorted(os.listdir(job / "workers")) == ["export.log", "worker-1.log"]
   listed = nascli_subprocess("list_trials", job, "--json")
   rewards = [r["reward"] for r in json.loads(listed.stdout)]
   assert rewards == sorted(rewards, reverse=True) and len(rewards) == 3
@@ -190,19 +192,22 @@ def test_sigterm_to_the_driver_alone_stops_its_trials_and_marks_them(cache, tmp_
 
 
 def test_nan_trials_are_recorded_and_the_failure_limit_stops_the_search(cache, tmp_path):
+  """NaN trials are `failed_with_nan`; each failed trial's worker is replaced by a fresh one."""
   job = tmp_path / "job"
-  proc = _search(job, cache, "--max_nas_trial", "3", "--max_failed_nas_trial", "0",
+  proc = _search(job, cache, "--max_nas_trial", "3", "--max_failed_nas_trial", "1",
                  "--params_override",
                  "trainer.train_steps=20,trainer.steps_per_loop=5,"
                  "trainer.optimizer_config.learning_rate.cosine.initial_learning_rate=1e12,"
                  "trainer.optimizer_config.warmup.type=null")
   assert proc.returncode == 1
   assert proc.stderr.strip().splitlines()[-1] == (
-      "Error: search stopped: 1 failed trials exceed --max_failed_nas_trial 0")
+      "Error: search stopped: 2 failed trials exceed --max_failed_nas_trial 1")
   failed = [e for e in _events(job) if e["event"] == "failed"]
-  assert [(e["trial_id"], e["status"]) for e in failed] == [("1", "failed_with_nan")]
-  assert "training loss is" in failed[0]["reason"]  # NaN, inf, or diverged past the bound
+  assert [(e["trial_id"], e["status"]) for e in failed] == [("1", "failed_with_nan"),
+                                                            ("2", "failed_with_nan")]
+  assert all("training loss is" in e["reason"] for e in failed)  # NaN, inf, or diverged
   assert json.loads((job / "1" / "job_status.json").read_text())["status"] == "failed_with_nan"
+  assert sorted(os.listdir(job / "workers")) == ["worker-1.log", "worker-2.log"]
 
 
 def test_spinenet_detection_search_smoke(cache, tmp_path):

@@ -117,8 +117,10 @@ def test_a_trial_that_kills_its_process_is_recorded_and_the_next_runs_in_a_fresh
   failed = [e for e in journal_events(job) if e["event"] == "failed"]
   assert [e["trial_id"] for e in failed] == ["2"]
   assert "worker" in failed[0]["reason"] and "SIGABRT" in failed[0]["reason"], failed[0]
-  # Trial 3 waited for a new worker's imports; the dead one's log and the new one's are kept.
+  # Trial 3 waited for a new worker's imports (trial 1's worker started with the driver); the
+  # dead one's log and the new one's are kept.
   assert _analysis(job, "3")["timing"]["startup_s"] > 2
+  assert _analysis(job, "1")["timing"]["startup_s"] < _analysis(job, "3")["timing"]["startup_s"]
   assert sorted(os.listdir(job / "workers")) == ["worker-1.log", "worker-2.log"]
 
 

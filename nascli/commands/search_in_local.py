@@ -39,9 +39,6 @@ def search_in_local(
   f.check(values)  # before the 15-40 s of imports below
   with f.interrupt_described(values):
     args = f.from_flags(values)
-    # pylint: disable=g-import-not-at-top
-    from nascli import frameworks
-    frameworks.load()  # the controller decodes architectures with Model Garden's search spaces
-    from nascli.search import local_main
+    from nascli.search import local_main  # pylint: disable=g-import-not-at-top
     rows = local_main.run(args, search_docker_flags)
   f.print_rows(rows, as_json)

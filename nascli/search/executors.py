@@ -103,6 +103,11 @@ class Executor(abc.ABC):
   def poll(self, handle: Any) -> Outcome | None:
     """None while the attempt runs, else how it ended."""
 
+  def prestart(self, count: int, log_dir: str) -> None:
+    """May start what `count` attempts will run on before the driver's own imports (warm
+    workers); `log_dir` takes their logs."""
+    del count, log_dir
+
   def interrupt(self, handles: list[Any], signum: int) -> None:
     """The search was interrupted: passes `signum` on to the running attempts and returns once
     they have ended (each records `interrupted` in its trial dir as it stops)."""

@@ -96,11 +96,15 @@ class Worker:
       self.process.send_signal(signum)
 
   def close(self, wait_s: float = _STOP_S) -> None:
-    """Closes the request channel (the worker exits when it sees that), then reaps it."""
+    """Closes the request channel (the worker exits when it sees that), then reaps it; one
+    still loading TensorFlow (nothing of it to keep) is killed at once."""
     try:
       self.process.stdin.close()
     except OSError:
       pass
+    self._read()
+    if not self.ready and self.exit_code() is None:
+      self.process.kill()
     try:
       self.process.wait(timeout=wait_s)
     except subprocess.TimeoutExpired:
@@ -155,7 +159,13 @@ class WarmExecutor(executors.LocalExecutor):
     self._slot_values = super().slots(max_parallel)
     return list(range(len(self._slot_values)))  # a worker per slot index
 
-  def _worker(self, slot: int, trial_dir: str) -> Worker:
+  def prestart(self, count: int, log_dir: str) -> None:
+    """Starts the workers of the first `count` slots now, so that their imports overlap the
+    driver's own start (the search loop calls this before it loads TensorFlow)."""
+    for slot in self.slots(count):
+      self._worker(slot, log_dir)
+
+  def _worker(self, slot: int, log_dir: str) -> Worker:
     worker = self._workers.get(slot)
     if worker is not None and worker.usable():
       return worker
@@ -166,15 +176,15 @@ class WarmExecutor(executors.LocalExecutor):
     if gpu is not None:
       env["CUDA_VISIBLE_DEVICES"] = gpu
     self._started += 1
-    log = os.path.join(os.path.dirname(os.path.abspath(trial_dir)), WORKER_LOGS,
-                       f"worker-{self._started}.log")
+    log = os.path.join(log_dir, f"worker-{self._started}.log")
     worker = self._workers[slot] = Worker(env, os.getcwd(), log, self.max_trials_per_worker)
     return worker
 
   def start(self, spec_path: str, trial_dir: str, slot: Any,
             publish_to: str | None = None) -> _Assignment:
     del publish_to  # on this machine: the driver's workspace publishes the trial folder
-    worker = self._worker(slot, trial_dir)
+    worker = self._worker(slot, os.path.join(os.path.dirname(os.path.abspath(trial_dir)),
+                                             WORKER_LOGS))
     request = worker.submit("trial", os.path.join(trial_dir, executors.TRIAL_LOG),
                             spec=os.path.abspath(spec_path))
     return _Assignment(worker, request)
