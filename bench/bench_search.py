@@ -1,26 +1,71 @@
-"""search_in_local: what a trial's time is spent on, and evolution against random search.
+"""search_in_local: what a trial costs with warm workers against one process per trial, and
+evolution against random search.
 
-    python bench/bench_search.py overhead [--trials 3] [--proxy_seconds 120]
+    python bench/bench_search.py overhead [--trials 3] [--proxy_seconds 120] [--proxy_trials 2]
+                                          [--rounds 2]
+    python bench/bench_search.py throughput [--trials 6] [--rounds 1] [--with_ray]
+    python bench/bench_search.py latency_agreement [--architectures 12] [--runs 50]
+                                                   [--input_size 32]
+    python bench/bench_search.py spinenet [--trials 2] [--parallel 1] [--rounds 1]
+                                          [--params_override ...]
     python bench/bench_search.py algorithms [--seeds 1,2,3] [--trials 12]
                                             [--population_size 4] [--tournament_size 2]
-    python bench/bench_search.py throughput [--trials 6]
-    (both: [--work_dir /tmp/nascli_bench_search] [--out bench/results/search_<part>.json])
+    (all: [--work_dir /tmp/nascli_bench_search] [--out bench/results/search_<part>.json])
 
 Every search is the real command, `python -m nascli search_in_local --prebuilt_search_space
-mnasnet`, on the embedded digits (32x32, converted once into WORK_DIR/cache) with the mnasnet
-testing YAML (tf_vision/test_files/fast_nas_classification_search_for_testing.yaml), each trial
-its own process. Numbers come from what the search writes: each trial's model_analysis.json
-`timing` (see nascli/search/trial.py: timing_breakdown) and the journal.
+mnasnet` (spinenet for `spinenet`), on the embedded data (digits at 32x32, shapes at 128x128;
+converted into WORK_DIR/cache before anything is timed) with the space's testing YAML
+(tf_vision/test_files/fast_nas_*_for_testing.yaml). Numbers come from what the search writes:
+each trial's model_analysis.json `timing` (nascli/search/trial.py: timing_breakdown) and the
+search's wall time.
 
-overhead    `--trials` trials of the testing YAML one at a time, then one trial of a proxy task
-            whose training steps take about `--proxy_seconds` (the step count is computed from
-            the steady per-step time the first part measured; the cosine decay follows it). A
-            trial's fixed overhead is everything but the training steps and the evaluation:
-            process start and imports, config/model build and graph tracing (the first loop's
-            excess over the steady step time), checkpoints, export, latency timing, FLOPs
-            count. Reported: each part's median seconds and the overhead's share of a trial,
-            plus the driver's own time per trial (search wall time over trials minus the
-            trials' time).
+Two trial executions are compared, side by side in one run, alternating (A B, then B A in the
+next round, so that the machine's drift falls on both):
+  warm      `--trial_isolation worker` (the default): warm worker processes run trial after
+            trial; latency timed on the trained model's serving function in memory.
+  baseline  `--trial_isolation process --export_every_trial`: what a search did before warm
+            workers, one fresh process per trial and a SavedModel export per trial. Latency is
+            now always timed in memory; the old per-trial cost of timing it on the exported
+            SavedModel (2.2 s a testing trial then, ~0.6 s in memory now) cannot be reproduced
+            by flags, so the baseline is that much cheaper than the old search was. The export
+            cost is reproduced.
+
+overhead    Per configuration, the testing YAML (`--trials` trials) and a proxy task whose
+            training steps take about `--proxy_seconds` (`--proxy_trials` trials; the step count
+            is computed from the steady per-step time the testing runs measured, the cosine
+            decay follows it), `--rounds` rounds of warm and baseline, one trial at a time,
+            `--export_top_k 0` (no exports at the end, so that the search's wall time is its
+            trials). A trial's fixed overhead is everything but the training steps and the
+            evaluation: start-up (a fresh process's start and imports; in a warm worker what
+            was left of the worker's start when the trial was asked for), config/model build
+            and tracing, checkpoints, export, latency timing, params/FLOPs. Warm workers start
+            with the driver, so part of a worker's imports can precede its first trial and be
+            in no trial's timing; the whole command's overhead per trial ((wall time - training
+            steps - evaluation) / trials, the driver's own start included) and the time from
+            the command's start to its first trial count it. Reported per configuration and
+            execution: medians of each timing part and of the fixed overhead (seconds and
+            share), over all trials and over the trials after each search's first, the whole
+            command's overhead per trial, trials/hour of the searches, and baseline/warm
+            ratios.
+throughput  Trials/hour of the default main-job search (mnasnet, embedded digits, testing YAML,
+            `--trials` trials, seed 1) at 1 and 2 at a time: before (baseline flags) against
+            after (no flags: warm workers, `--export_top_k 3`), the command's whole wall time
+            (driver start, final exports of the best trials included). `--with_ray` adds the
+            same two on `nascli search` with a private Ray instance (slow).
+latency_agreement
+            `--architectures` architectures of the mnasnet space (random proposals, seed 4), each
+            built untrained from the search's own trial config (testing YAML, digits); latency at
+            batch 1 (`--runs` timed calls, median) of the serving function in memory
+            (latency.measure_model_latency, what a trial measures) and of a SavedModel exported
+            from the same weights (export_lib.export, then latency.measure_latency: what a
+            trial measured before), one after the other, the order alternating per
+            architecture; then the same two functions call by call in turn (A B, B A, ...), so
+            that other work on a shared machine slows both alike. Reported for both ways: the
+            medians per architecture, their ratio, the median ratio and the Spearman rank
+            correlation (goal >= 0.9). Runs in this process, nothing else of the bench with it.
+spinenet    The default spinenet search (embedded shapes, testing YAML), `--trials` trials
+            `--parallel` at a time, warm against baseline (`--export_top_k 0`); per-trial total
+            seconds (goal: <= 60 s warm) and its parts, and each trial's AP.
 algorithms  For each seed, a search of `--trials` trials with `random` and one with
             `regularized_evolution` (population/tournament as given), two trials at a time.
             The reward is the validation accuracy (no latency target): latency timed on a
@@ -31,8 +76,10 @@ algorithms  For each seed, a search of `--trials` trials with `random` and one w
 """
 
 import argparse
+import collections
 import json
 import os
+import shlex
 import shutil
 import statistics
 import subprocess
@@ -44,30 +91,83 @@ from pathlib import Path
 import host  # bench/host.py (scripts run from bench/)
 
 ROOT = Path(__file__).resolve().parents[1]
-TESTING_YAML = ROOT / "tf_vision" / "test_files" / "fast_nas_classification_search_for_testing.yaml"
+TEST_FILES = ROOT / "tf_vision" / "test_files"
+TESTING_YAML = TEST_FILES / "fast_nas_classification_search_for_testing.yaml"
 TARGET_MS = 2.0
+# The two trial executions every comparison runs (see the module docstring).
+MODES = {
+    "warm": ["--trial_isolation", "worker"],
+    "baseline": ["--trial_isolation", "process", "--export_every_trial"],
+}
+NO_FINAL_EXPORT = ["--export_top_k", "0"]
+BASELINE_NOTE = ("baseline = --trial_isolation process --export_every_trial (one process and"
+                 " one SavedModel export per trial, as before warm workers); latency is timed in"
+                 " memory in both: the old timing on the exported SavedModel (2.2 s a testing"
+                 " trial in BENCHMARKS.md, against ~0.6 s in memory) is no longer reproducible"
+                 " by flags, the export is")
+_EXPORT_LINE = "exporting the SavedModel"  # search_loop._export_best's first line on stderr
+
+
+def _env(work_dir: Path) -> dict:
+  return dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", NASCLI_CACHE_DIR=str(work_dir / "cache"))
+
+
+def prepare_data(work_dir: Path, space: str) -> str:
+  """Converts (or verifies) the space's embedded data set in the bench's cache, untimed; returns
+  its folder."""
+  code = ("from nascli.search import local_main;"
+          f" print(local_main.embedded_dataset({space!r}))")
+  proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                        env=_env(work_dir), cwd=ROOT, check=False)
+  if proc.returncode != 0:
+    raise SystemExit(f"converting the {space} data failed:\n{proc.stderr[-3000:]}")
+  return proc.stdout.strip().splitlines()[-1]
 
 
 def search(job_dir: Path, work_dir: Path, *flags: str, target_ms: float | None = TARGET_MS,
-           command: str = "search_in_local") -> dict:
-  """Runs one search (search_in_local, or search on Ray); returns its wall time and every
-  trial's analysis."""
-  cmd = [sys.executable, "-m", "nascli", command, "--prebuilt_search_space", "mnasnet",
+           command: str = "search_in_local", space: str = "mnasnet") -> dict:
+  """Runs one search (search_in_local, or search on Ray); returns its command, wall time, the
+  seconds its final exports took (from its 'exporting the SavedModel' line to its end) and
+  every trial's analysis."""
+  cmd = [sys.executable, "-m", "nascli", command, "--prebuilt_search_space", space,
          "--local_output_dir", str(job_dir), "--json", *flags]
   if target_ms is not None:
     cmd += ["--target_device_latency_ms", str(target_ms)]
-  env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", NASCLI_CACHE_DIR=str(work_dir / "cache"))
-  start = time.monotonic()
-  proc = subprocess.run(cmd, capture_output=True, text=True, env=env, check=False, cwd=ROOT)
-  wall = time.monotonic() - start
-  if proc.returncode != 0:
-    raise SystemExit(f"search failed ({' '.join(cmd)}):\n{proc.stderr[-3000:]}")
-  rows = json.loads(proc.stdout)
-  trials = []
-  for row in rows:
+  job_dir.parent.mkdir(parents=True, exist_ok=True)
+  log_path = job_dir.parent / f"{job_dir.name}.stderr.log"
+  tail = collections.deque(maxlen=60)
+  export_at = None
+  with tempfile.TemporaryFile("w+", encoding="utf-8") as out, \
+       open(log_path, "w", encoding="utf-8") as log:
+    started_at, start = time.time(), time.monotonic()
+    # pylint: disable-next=consider-using-with
+    proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.PIPE, text=True,
+                            env=_env(work_dir), cwd=ROOT)
+    for line in proc.stderr:
+      if export_at is None and line.startswith(_EXPORT_LINE):
+        export_at = time.monotonic()
+      log.write(line)
+      tail.append(line)
+    returncode = proc.wait()
+    wall = time.monotonic() - start
+    out.seek(0)
+    stdout = out.read()
+  if returncode != 0:
+    raise SystemExit(f"search failed ({shlex.join(cmd)}):\n{''.join(tail)[-3000:]}")
+  rows = json.loads(stdout)
+  trials, ready = [], []
+  for row in sorted(rows, key=lambda r: int(r["trial_id"])):
     with open(job_dir / row["trial_id"] / "model_analysis.json", encoding="utf-8") as f:
       trials.append(json.load(f))
-  return {"wall_s": wall, "rows": rows, "trials": trials}
+    with open(job_dir / row["trial_id"] / "trial_spec.json", encoding="utf-8") as f:
+      spawned = json.load(f).get("spawned_at")
+    if spawned and trials[-1]["timing"]["startup_s"] is not None:
+      ready.append(spawned + trials[-1]["timing"]["startup_s"])
+  return {"command": shlex.join(cmd), "wall_s": wall, "rows": rows, "trials": trials,
+          # The command's start -> its first trial begins: the driver's start and, overlapped
+          # with it or after it, the first worker's or trial process's start and imports.
+          "before_first_trial_s": round(min(ready) - started_at, 2) if ready else None,
+          "final_export_s": None if export_at is None else round(wall - (export_at - start), 2)}
 
 
 def _median(values):
@@ -75,45 +175,412 @@ def _median(values):
   return round(statistics.median(values), 3) if values else None
 
 
+def _ratio(a, b, digits: int = 2):
+  return round(a / b, digits) if a is not None and b else None
+
+
 def _parts(trials: list[dict]) -> dict:
   keys = trials[0]["timing"].keys()
   return {k: _median([t["timing"][k] for t in trials]) for k in keys}
 
 
+def _rounds(count: int):
+  """(round, mode) pairs: warm then baseline, then baseline then warm, and so on."""
+  for r in range(count):
+    order = ("warm", "baseline") if r % 2 == 0 else ("baseline", "warm")
+    for mode in order:
+      yield r, mode
+
+
+def _work_s(trial: dict) -> float:
+  return trial["timing"]["train_steps_s"] + trial["timing"]["eval_s"]
+
+
+def _execution_summary(results: list[dict]) -> dict:
+  """One execution's searches of one configuration: timing medians over all their trials, and
+  over the trials after each search's first; and the whole command's overhead per trial.
+
+  A trial's `startup_s` is the wait from its request to its start. Warm workers are started
+  as the driver starts (executors.prestart), so part of the first worker's start (its imports)
+  can be before the first request and is in no trial's timing: `before_first_trial_s` (command
+  start -> first trial begins) and `command_overhead_s_per_trial` ((wall time - training steps
+  - evaluation) / trials) count it, with the driver's own time, in either execution."""
+  trials = [t for r in results for t in r["trials"]]
+  later = [t for r in results for t in r["trials"][1:]]
+  wall = sum(r["wall_s"] for r in results)
+  trial_total = sum(t["timing"]["total_s"] for t in trials)
+  command_overhead = wall - sum(_work_s(t) for t in trials)
+  return {
+      "searches": len(results), "trials": len(trials), "train_steps": trials[0]["step"],
+      "median_parts_s": _parts(trials),
+      "fixed_overhead_s_median": _median([t["timing"]["fixed_overhead_s"] for t in trials]),
+      "fixed_overhead_share_median": _median([t["timing"]["fixed_overhead_share"]
+                                              for t in trials]),
+      "fixed_overhead_s_runs": [t["timing"]["fixed_overhead_s"] for t in trials],
+      "first_trial_startup_s": [r["trials"][0]["timing"]["startup_s"] for r in results],
+      "later_trials": ({"trials": len(later),
+                        "fixed_overhead_s_median": _median(
+                            [t["timing"]["fixed_overhead_s"] for t in later]),
+                        "fixed_overhead_share_median": _median(
+                            [t["timing"]["fixed_overhead_share"] for t in later]),
+                        "total_s_median": _median([t["timing"]["total_s"] for t in later])}
+                       if later else None),
+      "search_wall_s": [round(r["wall_s"], 2) for r in results],
+      "before_first_trial_s": [r["before_first_trial_s"] for r in results],
+      "command_overhead_s_per_trial": round(command_overhead / len(trials), 2),
+      "command_overhead_share": round(command_overhead / wall, 3),
+      "trials_per_hour": round(len(trials) / wall * 3600, 1),
+      "driver_s_per_trial": round((wall - trial_total) / len(trials), 2),
+      "accuracy": [round(t["accuracy"], 4) for t in trials],
+      "commands": [r["command"] for r in results],
+  }
+
+
+def _compare(label: str, by_mode: dict[str, list[dict]]) -> dict:
+  warm, base = (_execution_summary(by_mode[m]) for m in ("warm", "baseline"))
+  ratios = {k: _ratio(base["median_parts_s"][k], warm["median_parts_s"][k])
+            for k in warm["median_parts_s"]}
+  return {"label": label, "warm": warm, "baseline": base,
+          "baseline_over_warm": {
+              "fixed_overhead_s": _ratio(base["fixed_overhead_s_median"],
+                                         warm["fixed_overhead_s_median"]),
+              "command_overhead_s_per_trial": _ratio(base["command_overhead_s_per_trial"],
+                                                     warm["command_overhead_s_per_trial"]),
+              "parts": ratios},
+          "warm_over_baseline_trials_per_hour": _ratio(warm["trials_per_hour"],
+                                                       base["trials_per_hour"], 3)}
+
+
+def _print_compare(c: dict) -> None:
+  w, b = c["warm"], c["baseline"]
+  later = w["later_trials"]
+  print(f"{c['label']}: fixed overhead per trial (median) warm {w['fixed_overhead_s_median']} s"
+        f" ({w['fixed_overhead_share_median']:.0%}), baseline {b['fixed_overhead_s_median']} s"
+        f" ({b['fixed_overhead_share_median']:.0%}), baseline/warm"
+        f" {c['baseline_over_warm']['fixed_overhead_s']}x"
+        + (f"; warm after its first trial {later['fixed_overhead_s_median']} s" if later else "")
+        + f"; trials/h warm {w['trials_per_hour']} vs {b['trials_per_hour']}"
+        f" ({c['warm_over_baseline_trials_per_hour']}x)", file=sys.stderr)
+  print(f"    whole command, per trial: overhead warm {w['command_overhead_s_per_trial']} s"
+        f" ({w['command_overhead_share']:.0%}), baseline {b['command_overhead_s_per_trial']} s"
+        f" ({b['command_overhead_share']:.0%}); command start -> first trial: warm"
+        f" {w['before_first_trial_s']} s, baseline {b['before_first_trial_s']} s",
+        file=sys.stderr)
+  for key, value in w["median_parts_s"].items():
+    print(f"    {key:22s} warm {value!s:>8}  baseline {b['median_parts_s'][key]!s:>8}",
+          file=sys.stderr)
+
+
 def overhead(args) -> dict:
   work = Path(args.work_dir)
-  testing = search(work / "overhead_testing", work, "--max_nas_trial", str(args.trials),
-                   "--seed", "1", "--overwrite")
-  steps = [t["step"] for t in testing["trials"]]
-  per_step = statistics.median(t["timing"]["train_steps_s"] / t["step"]
-                               for t in testing["trials"])
+  prepare_data(work, "mnasnet")
+  testing = {"warm": [], "baseline": []}
+  for r, mode in _rounds(args.rounds):
+    result = search(work / f"overhead_testing_{mode}_{r}", work, "--max_nas_trial",
+                    str(args.trials), "--max_parallel_nas_trial", "1", "--seed", str(1 + r),
+                    "--overwrite", *MODES[mode], *NO_FINAL_EXPORT)
+    testing[mode].append(result)
+    print(f"testing YAML, round {r + 1}, {mode}: {result['wall_s']:.0f} s", file=sys.stderr)
+  all_testing = [t for rs in testing.values() for r in rs for t in r["trials"]]
+  steps = all_testing[0]["step"]
+  per_step = statistics.median(t["timing"]["train_steps_s"] / t["step"] for t in all_testing)
   proxy_steps = max(100, int(round(args.proxy_seconds / per_step / 100.0)) * 100)
   loop = max(20, proxy_steps // 10)
   override = (f"trainer.train_steps={proxy_steps},trainer.steps_per_loop={loop},"
               f"trainer.summary_interval={loop},trainer.checkpoint_interval={proxy_steps},"
               f"trainer.validation_interval={proxy_steps},"
               f"trainer.optimizer_config.learning_rate.cosine.decay_steps={proxy_steps}")
-  proxy = search(work / "overhead_proxy", work, "--max_nas_trial", "1", "--seed", "1",
-                 "--params_override", override, "--overwrite")
+  proxy = {"warm": [], "baseline": []}
+  for r, mode in _rounds(args.rounds):
+    result = search(work / f"overhead_proxy_{mode}_{r}", work, "--max_nas_trial",
+                    str(args.proxy_trials), "--max_parallel_nas_trial", "1", "--seed",
+                    str(1 + r), "--params_override", override, "--overwrite", *MODES[mode],
+                    *NO_FINAL_EXPORT)
+    proxy[mode].append(result)
+    print(f"proxy, round {r + 1}, {mode}: {result['wall_s']:.0f} s", file=sys.stderr)
+  out = {"testing_yaml": _compare(f"testing YAML ({steps} steps)", testing),
+         "proxy": _compare(f"~{args.proxy_seconds:.0f} s proxy ({proxy_steps} steps)", proxy),
+         "steady_seconds_per_step": round(per_step, 5), "baseline_note": BASELINE_NOTE}
+  for key in ("testing_yaml", "proxy"):
+    _print_compare(out[key])
+  return out
 
-  def summary(result, label):
-    trials = result["trials"]
-    parts = _parts(trials)
-    trial_total = sum(t["timing"]["total_s"] for t in trials)
-    return {"label": label, "trials": len(trials), "train_steps": trials[0]["step"],
-            "median_parts_s": parts,
-            "fixed_overhead_share_runs": [t["timing"]["fixed_overhead_share"] for t in trials],
-            "search_wall_s": round(result["wall_s"], 2),
-            "driver_s_per_trial": round((result["wall_s"] - trial_total) / len(trials), 2),
-            "accuracy": [round(t["accuracy"], 4) for t in trials]}
 
-  return {"testing_yaml": summary(testing, f"testing YAML ({steps[0]} steps)"),
-          "proxy": summary(proxy, f"~{args.proxy_seconds:.0f} s proxy ({proxy_steps} steps)"),
-          "steady_seconds_per_step": round(per_step, 5)}
+def throughput(args) -> dict:
+  """Trials per hour before (baseline flags) and after (defaults), 1 and 2 at a time."""
+  work = Path(args.work_dir)
+  prepare_data(work, "mnasnet")
+  ray_dir = tempfile.mkdtemp(prefix="rayb", dir="/tmp")
+  flags_of = {"before": MODES["baseline"], "after": []}
+  commands = ["search_in_local"] + (["search"] if args.with_ray else [])
+  runs = []
+  try:
+    for r in range(args.rounds):
+      for parallel in (1, 2):
+        flip = (r + parallel) % 2 == 0
+        order = ("after", "before") if flip else ("before", "after")
+        for command in commands:
+          for when in order:
+            flags = ["--max_nas_trial", str(args.trials), "--max_parallel_nas_trial",
+                     str(parallel), "--seed", "1", "--overwrite", *flags_of[when]]
+            if command == "search":
+              flags += ["--ray_address", "local", "--ray_num_cpus", "2", "--ray_temp_dir",
+                        ray_dir]
+            result = search(work / f"tp_{command}_{when}_{parallel}_{r}", work, *flags,
+                            command=command)
+            trials = result["trials"]
+            runs.append({
+                "executor": "ray (local instance)" if command == "search" else "local",
+                "when": when, "parallel": parallel, "round": r, "trials": len(trials),
+                "wall_s": round(result["wall_s"], 1),
+                "trials_per_hour": round(len(trials) / result["wall_s"] * 3600, 1),
+                "final_export_s": result["final_export_s"],
+                "before_first_trial_s": result["before_first_trial_s"],
+                "startup_s_median": _median([t["timing"]["startup_s"] for t in trials]),
+                "fixed_overhead_s_median": _median([t["timing"]["fixed_overhead_s"]
+                                                    for t in trials]),
+                "trial_total_s_median": _median([t["timing"]["total_s"] for t in trials]),
+                "command": result["command"]})
+            print(f"{runs[-1]['executor']} {when} x{parallel}: {runs[-1]['trials_per_hour']}"
+                  f" trials/h ({result['wall_s']:.0f} s)", file=sys.stderr)
+  finally:
+    shutil.rmtree(ray_dir, ignore_errors=True)
+
+  def tph(executor, when, parallel):
+    rs = [x for x in runs if (x["executor"].split()[0], x["when"], x["parallel"])
+          == (executor, when, parallel)]
+    return round(sum(x["trials"] for x in rs) / sum(x["wall_s"] for x in rs) * 3600, 1)
+
+  executors = ["local"] + (["ray"] if args.with_ray else [])
+  table = {f"{e} {w} x{p}": tph(e, w, p) for e in executors for w in ("before", "after")
+           for p in (1, 2)}
+  ratios = {}
+  for e in executors:
+    for p in (1, 2):
+      ratios[f"{e}: after/before trials per hour, {p} at a time"] = _ratio(
+          tph(e, "after", p), tph(e, "before", p), 3)
+    for w in ("before", "after"):
+      ratios[f"{e} {w}: 2 at a time / 1 at a time, trials per hour"] = _ratio(
+          tph(e, w, 2), tph(e, w, 1), 3)
+  if args.with_ray:
+    for w in ("before", "after"):
+      for p in (1, 2):
+        ratios[f"{w}: ray/local trials per hour, {p} at a time"] = _ratio(
+            tph("ray", w, p), tph("local", w, p), 3)
+  for key, value in ratios.items():
+    print(f"{key}: {value}", file=sys.stderr)
+  return {"runs": runs, "trials_per_hour": table, "ratios": ratios,
+          "before_flags": " ".join(MODES["baseline"]),
+          "after_flags": "(none: --trial_isolation worker --export_top_k 3)",
+          "baseline_note": BASELINE_NOTE}
+
+
+def spearman(a: list[float], b: list[float]) -> float:
+  """Spearman's rank correlation: Pearson's of the ranks (ties get their average rank)."""
+  def ranks(values):
+    order = sorted(range(len(values)), key=lambda i: values[i])
+    out = [0.0] * len(values)
+    i = 0
+    while i < len(order):
+      j = i
+      while j + 1 < len(order) and values[order[j + 1]] == values[order[i]]:
+        j += 1
+      for k in range(i, j + 1):
+        out[order[k]] = (i + j) / 2.0 + 1.0
+      i = j + 1
+    return out
+
+  ra, rb = ranks(a), ranks(b)
+  ma, mb = statistics.fmean(ra), statistics.fmean(rb)
+  cov = sum((x - ma) * (y - mb) for x, y in zip(ra, rb))
+  var = (sum((x - ma) ** 2 for x in ra) * sum((y - mb) ** 2 for y in rb)) ** 0.5
+  return cov / var if var else float("nan")
+
+
+def _architectures(count: int, seed: int) -> list[dict]:
+  """The first `count` random proposals of the mnasnet space (as tests/test_warm_workers.py)."""
+  # pylint: disable=g-import-not-at-top
+  from nascli.search import controller
+  from tf_vision import search_spaces
+  ctl = controller.Controller.rebuild(search_spaces.get_search_space("mnasnet"), "random", seed,
+                                      [])
+  dnas, out = [], []
+  for _ in range(count):
+    dna, nas_params = ctl.propose_new(dnas)
+    dnas.append(dna)
+    out.append(nas_params)
+  return out
+
+
+def _timed_calls(functions: dict, inputs, warmup: int, runs: int) -> dict[str, list[float]]:
+  """Milliseconds of `runs` calls of each function, the calls alternating (A B, B A, ...) so
+  that whatever else the machine runs meanwhile slows both alike. A call is timed as
+  tf_vision/serving/latency.py times it: outputs copied to numpy."""
+  names = list(functions)
+  for name in names:
+    for _ in range(warmup):
+      {k: v.numpy() for k, v in functions[name](inputs).items()}
+  times = {name: [] for name in names}
+  for i in range(runs):
+    for name in names if i % 2 == 0 else names[::-1]:
+      start = time.perf_counter()
+      {k: v.numpy() for k, v in functions[name](inputs).items()}
+      times[name].append((time.perf_counter() - start) * 1000.0)
+  return times
+
+
+def latency_agreement(args) -> dict:
+  """In-memory serving-function latency against the exported SavedModel's, per architecture."""
+  work = Path(args.work_dir)
+  data = prepare_data(work, "mnasnet")
+  # pylint: disable=g-import-not-at-top
+  from nascli import frameworks, runtime
+  runtime.quiet_libraries()
+  frameworks.load()
+  import tensorflow as tf
+  import tf_keras
+  from nascli import training
+  from nascli.run_spec import Architecture, DataSpec, RunSpec
+  from official.core import task_factory
+  from tf_vision.serving import export_lib, latency
+  override = (None if args.input_size is None else
+              f"task.model.input_size=[{args.input_size},{args.input_size},3]")
+  scratch = Path(tempfile.mkdtemp(prefix="latency_agreement_", dir=work))
+  rows = []
+  try:
+    for index, nas_params in enumerate(_architectures(args.architectures, args.seed)):
+      run = RunSpec(config_files=[str(TESTING_YAML)], params_override=override,
+                    data=DataSpec(dataset_dir=data), seed=1,
+                    architecture=Architecture("mnasnet", nas_params))
+      model_dir = scratch / str(index)
+      params = training.plan(training.TrainArgs(run=run, model_dir=str(model_dir))).params
+      model = task_factory.get_task(params.task, logging_dir=str(model_dir)).build_model()
+      prefix = tf.train.Checkpoint(model=model).write(str(model_dir / "weights" / "ckpt"))
+      start = time.monotonic()
+      saved = export_lib.export(params, prefix, model_dir / "export", overwrite=True)
+      export_s = time.monotonic() - start
+
+      # What a trial measures now, and what it measured before, each as the trial calls it.
+      def in_memory():
+        return latency.measure_model_latency(params, model, batch_sizes=(1,),
+                                             runs=args.runs)["batch"]["1"]
+
+      def from_saved_model():
+        return latency.measure_latency(saved, batch_sizes=(1,), runs=args.runs)["batch"]["1"]
+
+      if index == 0:
+        in_memory()  # untimed: the process's first calls pay one-off runtime set-up
+      order = ("in_memory", "saved_model") if index % 2 == 0 else ("saved_model", "in_memory")
+      measured = {}
+      for what in order:
+        measured[what] = in_memory() if what == "in_memory" else from_saved_model()
+      # The same two functions, call by call in turn: the machine's drift cancels out.
+      signature = tf.saved_model.load(saved).signatures[latency.SIGNATURE_KEY]
+      input_name = next(iter(signature.structured_input_signature[1]))
+      inputs = latency.make_inputs("image_tensor", 1, export_lib.image_size_of(params))
+      paired = _timed_calls(
+          {"in_memory": latency.serving_function(params, model),
+           "saved_model": lambda x, s=signature, n=input_name: s(**{n: x})},
+          inputs, warmup=5, runs=args.runs)
+      row = {"architecture": index, "nas_params": nas_params, "params": model.count_params(),
+             "order": list(order), "export_s": round(export_s, 2),
+             "in_memory_ms": measured["in_memory"]["median_ms"],
+             "saved_model_ms": measured["saved_model"]["median_ms"],
+             "in_memory": measured["in_memory"], "saved_model": measured["saved_model"],
+             "paired_in_memory_ms": round(statistics.median(paired["in_memory"]), 4),
+             "paired_saved_model_ms": round(statistics.median(paired["saved_model"]), 4),
+             "paired_in_memory_min_ms": round(min(paired["in_memory"]), 4),
+             "paired_saved_model_min_ms": round(min(paired["saved_model"]), 4)}
+      row["ratio"] = round(row["in_memory_ms"] / row["saved_model_ms"], 4)
+      row["paired_ratio"] = round(row["paired_in_memory_ms"] / row["paired_saved_model_ms"], 4)
+      rows.append(row)
+      print(f"architecture {index}: {row['params']:,} params; one after the other: in memory"
+            f" {row['in_memory_ms']:.3f} ms, SavedModel {row['saved_model_ms']:.3f} ms, ratio"
+            f" {row['ratio']:.3f}; call by call in turn: {row['paired_in_memory_ms']:.3f} /"
+            f" {row['paired_saved_model_ms']:.3f} ms, ratio {row['paired_ratio']:.3f}"
+            f" (export {export_s:.1f} s)", file=sys.stderr)
+      tf_keras.backend.clear_session()
+  finally:
+    shutil.rmtree(scratch, ignore_errors=True)
+
+  def agreement(a_key: str, b_key: str, ratio_key: str | None) -> dict:
+    a, b = [r[a_key] for r in rows], [r[b_key] for r in rows]
+    out = {"spearman": round(spearman(a, b), 4), "saved_model_ms_range": [min(b), max(b)]}
+    if ratio_key:
+      ratios = [r[ratio_key] for r in rows]
+      out.update({"median_ratio_in_memory_over_saved_model": round(statistics.median(ratios), 4),
+                  "ratio_range": [min(ratios), max(ratios)]})
+    return out
+
+  sequential = agreement("in_memory_ms", "saved_model_ms", "ratio")
+  paired = agreement("paired_in_memory_ms", "paired_saved_model_ms", "paired_ratio")
+  summary = {
+      "architectures": len(rows), "runs": args.runs, "goal_spearman": 0.9,
+      # As the trials call them: measure_model_latency, then measure_latency (or the reverse).
+      "one_after_the_other": dict(sequential, goal_met=sequential["spearman"] >= 0.9),
+      # The same two functions, their calls alternating.
+      "call_by_call": dict(paired, goal_met=paired["spearman"] >= 0.9),
+      "call_by_call_minimum": agreement("paired_in_memory_min_ms", "paired_saved_model_min_ms",
+                                        None),
+      # How much of the ranking is size alone.
+      "spearman_params_vs_saved_model": round(
+          spearman([r["params"] for r in rows], [r["paired_saved_model_ms"] for r in rows]), 4),
+      "export_s_median": _median([r["export_s"] for r in rows]),
+  }
+  for label, s in (("one after the other", sequential), ("call by call", paired)):
+    print(f"latency agreement over {len(rows)} architectures, {label}: Spearman"
+          f" {s['spearman']:.3f} (goal >= 0.9), median in-memory/SavedModel"
+          f" {s['median_ratio_in_memory_over_saved_model']:.3f} (range"
+          f" {s['ratio_range'][0]:.3f}..{s['ratio_range'][1]:.3f}); SavedModel medians"
+          f" {s['saved_model_ms_range'][0]:.3f}..{s['saved_model_ms_range'][1]:.3f} ms",
+          file=sys.stderr)
+  return {"rows": rows, "summary": summary,
+          "input_size": args.input_size or "the testing YAML's (32)",
+          "how": ("per architecture: training.plan(TrainArgs(RunSpec(config_files=[testing YAML],"
+                  " data=digits, architecture=mnasnet nas_params))).params;"
+                  " task_factory.get_task(params.task).build_model(); the untrained weights"
+                  " written with tf.train.Checkpoint(model=model) and exported with"
+                  " export_lib.export(params, checkpoint, dir). One after the other (order"
+                  " alternating per architecture): latency.measure_model_latency(params, model,"
+                  " batch_sizes=(1,), runs=R) and latency.measure_latency(saved,"
+                  " batch_sizes=(1,), runs=R), warmup 5 each. Call by call: the same two"
+                  " functions (latency.serving_function and the loaded serving_default),"
+                  " R calls each, alternating A B / B A, warmup 5 each")}
+
+
+def spinenet(args) -> dict:
+  """The default spinenet search, warm against baseline: per-trial seconds and parts."""
+  work = Path(args.work_dir)
+  prepare_data(work, "spinenet")
+  by_mode = {"warm": [], "baseline": []}
+  for r, mode in _rounds(args.rounds):
+    result = search(work / f"spinenet_{mode}_{r}", work, "--max_nas_trial", str(args.trials),
+                    "--max_parallel_nas_trial", str(args.parallel), "--seed", str(1 + r),
+                    "--overwrite", *MODES[mode], *NO_FINAL_EXPORT,
+                    *(["--params_override", args.params_override] if args.params_override
+                      else []), target_ms=None, space="spinenet")
+    by_mode[mode].append(result)
+    print(f"spinenet, round {r + 1}, {mode}: {result['wall_s']:.0f} s", file=sys.stderr)
+  out = _compare(f"spinenet testing YAML, {args.parallel} at a time"
+                 + (f" (--params_override {args.params_override})" if args.params_override
+                    else ""), by_mode)
+  for mode in ("warm", "baseline"):
+    trials = [t for r in by_mode[mode] for t in r["trials"]]
+    out[mode]["total_s_runs"] = [t["timing"]["total_s"] for t in trials]
+    out[mode]["total_s_median"] = _median(out[mode]["total_s_runs"])
+  out["goal_warm_total_s"] = 60.0
+  out["goal_met"] = out["warm"]["total_s_median"] <= 60.0
+  out["baseline_note"] = BASELINE_NOTE
+  _print_compare(out)
+  print(f"spinenet trial total (median): warm {out['warm']['total_s_median']} s (goal <= 60),"
+        f" baseline {out['baseline']['total_s_median']} s; AP warm {out['warm']['accuracy']},"
+        f" baseline {out['baseline']['accuracy']}", file=sys.stderr)
+  return out
 
 
 def algorithms(args) -> dict:
   work = Path(args.work_dir)
+  prepare_data(work, "mnasnet")
   runs = []
   for seed in [int(s) for s in args.seeds.split(",")]:
     for algorithm in ("random", "regularized_evolution"):
@@ -133,7 +600,7 @@ def algorithms(args) -> dict:
                    "best_so_far": best_so_far, "rewards": [round(r, 4) for r in rewards],
                    "distinct_architectures": len({json.dumps(r["nas_params"], sort_keys=True)
                                                   for r in result["rows"]}),
-                   "wall_s": round(result["wall_s"], 1)})
+                   "wall_s": round(result["wall_s"], 1), "command": result["command"]})
       print(f"seed {seed} {algorithm}: best {best:.4f} after {len(rewards)} trials"
             f" ({result['wall_s']:.0f} s)", file=sys.stderr)
   by = {a: [r for r in runs if r["algorithm"] == a] for a in ("random", "regularized_evolution")}
@@ -141,7 +608,8 @@ def algorithms(args) -> dict:
            for r, e in zip(by["random"], by["regularized_evolution"])]
   return {"runs": runs,
           "summary": {a: {"best_reward_median": _median([r["best_reward"] for r in rs]),
-                          "best_reward_mean": round(statistics.mean(r["best_reward"] for r in rs), 4),
+                          "best_reward_mean": round(
+                              statistics.mean(r["best_reward"] for r in rs), 4),
                           "mean_best_so_far": [round(statistics.mean(v), 4) for v in
                                                zip(*[r["best_so_far"] for r in rs])]}
                       for a, rs in by.items()},
@@ -149,69 +617,53 @@ def algorithms(args) -> dict:
           "evolution_wins": sum(d > 0 for d in diffs), "ties": sum(d == 0 for d in diffs)}
 
 
-def throughput(args) -> dict:
-  """Trials per hour, local processes against Ray tasks, 1 and 2 at a time."""
-  work = Path(args.work_dir)
-  ray_dir = tempfile.mkdtemp(prefix="rayb", dir="/tmp")
-  runs = []
-  try:
-    for parallel in (1, 2):
-      for command in ("search_in_local", "search"):
-        flags = ["--max_nas_trial", str(args.trials), "--max_parallel_nas_trial", str(parallel),
-                 "--seed", "1", "--overwrite"]
-        if command == "search":
-          flags += ["--ray_address", "local", "--ray_num_cpus", "2", "--ray_temp_dir", ray_dir]
-        result = search(work / f"tp_{command}_{parallel}", work, *flags, command=command)
-        trials = result["trials"]
-        runs.append({
-            "executor": "ray (local instance)" if command == "search" else "local processes",
-            "parallel": parallel, "trials": len(trials), "wall_s": round(result["wall_s"], 1),
-            "trials_per_hour": round(len(trials) / result["wall_s"] * 3600, 1),
-            # spawn (spec written) -> the trial's training starts: process start and imports,
-            # plus, on Ray, the task's scheduling and worker hand-off.
-            "startup_s_median": _median([t["timing"]["startup_s"] for t in trials]),
-            "trial_total_s_median": _median([t["timing"]["total_s"] for t in trials])})
-        print(f"{runs[-1]['executor']} x{parallel}: {runs[-1]['trials_per_hour']} trials/h",
-              file=sys.stderr)
-  finally:
-    shutil.rmtree(ray_dir, ignore_errors=True)
-  by = {(r["executor"].split()[0], r["parallel"]): r for r in runs}
-  ratios = {}
-  for p in (1, 2):
-    ratios[f"ray/local trials per hour, {p} at a time"] = round(
-        by[("ray", p)]["trials_per_hour"] / by[("local", p)]["trials_per_hour"], 3)
-    ratios[f"ray scheduling overhead per trial, {p} at a time (s, startup difference)"] = round(
-        by[("ray", p)]["startup_s_median"] - by[("local", p)]["startup_s_median"], 2)
-  for e in ("local", "ray"):
-    ratios[f"{e}: 2 at a time / 1 at a time, trials per hour"] = round(
-        by[(e, 2)]["trials_per_hour"] / by[(e, 1)]["trials_per_hour"], 3)
-  return {"runs": runs, "ratios": ratios}
+PARTS = {"overhead": overhead, "throughput": throughput, "latency_agreement": latency_agreement,
+         "spinenet": spinenet, "algorithms": algorithms}
+DEFAULT_TRIALS = {"overhead": 3, "throughput": 6, "spinenet": 2, "algorithms": 12}
+DEFAULT_ROUNDS = {"overhead": 2, "throughput": 1, "spinenet": 1}
 
 
 def main() -> None:
-  parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-  parser.add_argument("part", choices=("overhead", "algorithms", "throughput"))
+  parser = argparse.ArgumentParser(description=" ".join(__doc__.split("\n\n")[0].split()))
+  parser.add_argument("part", choices=tuple(PARTS))
   parser.add_argument("--work_dir", default="/tmp/nascli_bench_search")
   parser.add_argument("--out")
   parser.add_argument("--trials", type=int)
+  parser.add_argument("--rounds", type=int, help="warm/baseline (before/after) pairs per"
+                      " configuration, alternating their order")
   parser.add_argument("--proxy_seconds", type=float, default=120.0)
+  parser.add_argument("--proxy_trials", type=int, default=2)
+  parser.add_argument("--with_ray", action="store_true", help="throughput: also nascli search")
+  parser.add_argument("--architectures", type=int, default=12)
+  parser.add_argument("--runs", type=int, default=50, help="latency_agreement: timed calls")
+  parser.add_argument("--input_size", type=int, default=None,
+                      help="latency_agreement: image size (default: the testing YAML's)")
+  parser.add_argument("--seed", type=int, default=4, help="latency_agreement: proposals' seed")
+  parser.add_argument("--params_override", help="spinenet: added to the search (a shorter"
+                      " trial for a quick check of the bench itself)")
   parser.add_argument("--seeds", default="1,2,3")
-  parser.add_argument("--parallel", type=int, default=2)
+  parser.add_argument("--parallel", type=int)
   parser.add_argument("--population_size", type=int, default=4)
   parser.add_argument("--tournament_size", type=int, default=2)
   args = parser.parse_args()
   if args.trials is None:
-    args.trials = {"overhead": 3, "algorithms": 12, "throughput": 6}[args.part]
+    args.trials = DEFAULT_TRIALS.get(args.part)
+  if args.rounds is None:
+    args.rounds = DEFAULT_ROUNDS.get(args.part, 1)
+  if args.parallel is None:
+    args.parallel = 1 if args.part == "spinenet" else 2
   start = time.monotonic()
-  result = {"overhead": overhead, "algorithms": algorithms, "throughput": throughput}[
-      args.part](args)
+  machine = host.machine()
+  result = PARTS[args.part](args)
   report = {"part": args.part, "args": vars(args),
-            "machine": host.machine(),
+            "bench_command": shlex.join([sys.executable, *sys.argv]),
+            "machine": machine, "loadavg_at_end": os.getloadavg(),
             "bench_wall_s": round(time.monotonic() - start, 1), **result}
   out = Path(args.out or ROOT / "bench" / "results" / f"search_{args.part}.json")
   out.parent.mkdir(parents=True, exist_ok=True)
   out.write_text(json.dumps(report, indent=2))
   print(json.dumps(report, indent=2))
+  print(f"wrote {out} ({report['bench_wall_s']:.0f} s)", file=sys.stderr)
 
 
 if __name__ == "__main__":
