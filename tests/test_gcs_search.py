@@ -31,6 +31,10 @@ def cache(tmp_path_factory):
   return str(tmp_path_factory.mktemp("nascli_cache"))
 
 
+# What the tests that stand in for LocalExecutor.start run on (a process per trial).
+PROCESS = ("--trial_isolation", "process")
+
+
 def _search_args(job, *extra, seed=7):
   return ["search_in_local", "--prebuilt_search_space", "mnasnet", "--local_output_dir", str(job),
           "--seed", str(seed), "--target_device_latency_ms", "2", "--params_override", SHORT,
@@ -51,7 +55,9 @@ def _layout(names):
 
 
 def _trial_layout(names, trial_id):
-  return _layout(n[len(trial_id) + 1:] for n in names if n.startswith(f"{trial_id}/"))
+  """The kinds of files a trial folder holds (a resumed run adds an event file per run)."""
+  return sorted(set(_layout(n[len(trial_id) + 1:] for n in names
+                            if n.startswith(f"{trial_id}/"))))
 
 
 def _generations(prefix):
@@ -221,7 +227,7 @@ def test_second_driver_is_stopped_by_the_create_only_journal(cli, gcs_prefix, ca
 
   monkeypatch.setattr(executors.LocalExecutor, "start", rival_appends_first)
   monkeypatch.setenv("NASCLI_CACHE_DIR", cache)
-  code, stdout, stderr = cli(*_search_args(job, "--max_nas_trial", "1"))
+  code, stdout, stderr = cli(*_search_args(job, "--max_nas_trial", "1", *PROCESS))
   lines = stderr.strip().splitlines()
   assert code == 1 and len(lines) == 1 and stdout == "", stderr
   assert lines[0] == (f"Error: {job}/journal/0000000003.json already exists: another search"
@@ -264,7 +270,7 @@ def test_outcome_is_journaled_after_the_trial_folder_is_up(cli, gcs_prefix, fail
     real_upload(src, dest)
 
   monkeypatch.setattr(storage, "upload_file", upload)
-  code, stdout, stderr = cli(*_search_args(job, "--max_nas_trial", "1", "--json"))
+  code, stdout, stderr = cli(*_search_args(job, "--max_nas_trial", "1", "--json", *PROCESS))
   assert code == 0, stderr
   assert [(r["trial_id"], r["status"]) for r in json.loads(stdout)] == [("1", "failed")]
   assert list(journal_at_upload)[-1] == "job_status.json"  # the marker last
@@ -277,13 +283,14 @@ def test_outcome_is_journaled_after_the_trial_folder_is_up(cli, gcs_prefix, fail
 
 def test_overwrite_starts_a_gcs_job_over(cli, gcs_prefix, failing_trials):
   job = storage.join(gcs_prefix, "job")
-  assert cli(*_search_args(job, "--max_nas_trial", "1"))[0] == 0
+  assert cli(*_search_args(job, "--max_nas_trial", "1", *PROCESS))[0] == 0
   storage.write_text(storage.join(job, "1", "left-by-the-old-search.txt"), "x")
   storage.write_text(storage.join(job, "notes.txt"), "mine")
-  code, _, stderr = cli(*_search_args(job, "--max_nas_trial", "1", "--overwrite", seed=8))
+  code, _, stderr = cli(*_search_args(job, "--max_nas_trial", "1", "--overwrite", *PROCESS,
+                                      seed=8))
   assert code == 0, stderr
   events = GcsJournal(job).events()
-  assert events[0]["settings"]["seed"] == 8 and [e["seq"] for e in events] == [1, 2, 3, 4]
+  assert events[0]["settings"]["trial"]["run"]["seed"] == 8 and [e["seq"] for e in events] == [1, 2, 3, 4]
   assert storage.list_names(job, recursive=False) == [
       "1/", "hparams/", "journal/", "notes.txt", "search_progress.png", "trials.csv",
       "trials.json"]

@@ -16,6 +16,10 @@ from conftest import proposals_of as _proposals_of
 from conftest import retrain_best_trial
 
 SHORT = "trainer.train_steps=20,trainer.steps_per_loop=10,trainer.checkpoint_interval=10"
+# The spinenet testing YAML trains 300 steps (enough to rank); a smoke test needs a few.
+SPINENET_SHORT = ("trainer.train_steps=20,trainer.steps_per_loop=10,"
+                  "trainer.checkpoint_interval=20,trainer.validation_interval=20,"
+                  "trainer.optimizer_config.learning_rate.cosine.decay_steps=20")
 
 
 @pytest.fixture(scope="module")
@@ -216,7 +220,8 @@ def test_spinenet_detection_search_smoke(cache, tmp_path):
   proc = nascli_subprocess("search_in_local", "--prebuilt_search_space", "spinenet",
                            "--local_output_dir", job, "--seed", "5", "--max_nas_trial", "2",
                            "--max_parallel_nas_trial", "2", "--target_device_latency_ms", "20",
-                           "--json", env={"NASCLI_CACHE_DIR": cache})
+                           "--params_override", SPINENET_SHORT, "--json",
+                           env={"NASCLI_CACHE_DIR": cache})
   assert proc.returncode == 0, proc.stderr[-2000:]
   rows = json.loads(proc.stdout)
   assert [r["status"] for r in rows] == ["completed", "completed"]

@@ -180,8 +180,8 @@ def test_spinenet_stage2_carries_the_detection_recipe(shapes, capsys):
   assert params.task.model.backbone.type == "tunable_spinenet"
   assert params.task.model.backbone.tunable_spinenet.filter_size_scale == 0.25
   assert params.task.train_data.global_batch_size == 8
-  assert params.trainer.train_steps == 60 * stage2.STAGE2_SCHEDULE_FACTOR
-  assert params.trainer.optimizer_config.learning_rate.cosine.decay_steps == 300
+  assert params.trainer.train_steps == 300 * stage2.STAGE2_SCHEDULE_FACTOR
+  assert params.trainer.optimizer_config.learning_rate.cosine.decay_steps == 1500
   assert params.trainer.validation_steps == 4
   # The search's ground truth is not the stage-2 data's: `train` writes it again, into the
   # stage-2 run's model dir.
@@ -192,7 +192,7 @@ def test_spinenet_stage2_carries_the_detection_recipe(shapes, capsys):
                                                      "validation_annotations.json")
   assert params.task.validation_data.input_path == f"{data}/validation-*-of-00002.tfrecord"
   err = capsys.readouterr().err
-  assert ("stage 2 recipe: nas_retinanet_tunable_spinenet, 300 steps = 75.0 epochs of 32"
+  assert ("stage 2 recipe: nas_retinanet_tunable_spinenet, 1500 steps = 375.0 epochs of 32"
           " records, global batch 8, learning rate 0.04 (cosine)") in err.splitlines()
 
 

@@ -118,7 +118,8 @@ def test_two_workers_train_identical_weights_and_report_one_evaluation(digits32,
   dirs = [tmp_path / "worker0", tmp_path / "worker1"]
   results = _run_workers(tmp_path, dirs, "--dataset_dir", digits32, "--mode",
                          "train_and_post_eval", "--params_override",
-                         "trainer.train_steps=10,trainer.steps_per_loop=5")
+                         "trainer.train_steps=10,trainer.steps_per_loop=5,"
+                         "trainer.checkpoint_interval=5")
   for r in results:
     assert r["status"] == "completed" and r["step"] == 10 and r["resumed_from"] == 0
     assert r["num_replicas"] == 2  # one replica per worker, in sync

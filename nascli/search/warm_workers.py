@@ -185,8 +185,9 @@ class WarmExecutor(executors.LocalExecutor):
     del publish_to  # on this machine: the driver's workspace publishes the trial folder
     worker = self._worker(slot, os.path.join(os.path.dirname(os.path.abspath(trial_dir)),
                                              WORKER_LOGS))
-    request = worker.submit("trial", os.path.join(trial_dir, executors.TRIAL_LOG),
-                            spec=os.path.abspath(spec_path))
+    log = os.path.join(trial_dir, executors.TRIAL_LOG)
+    open(log, "ab").close()  # there from the start, as a trial process's log is
+    request = worker.submit("trial", log, spec=os.path.abspath(spec_path))
     return _Assignment(worker, request)
 
   def poll(self, handle: _Assignment) -> executors.Outcome | None:
