@@ -242,10 +242,6 @@ def run(params: cfg.ExperimentConfig, model_dir: str, strategy: tf.distribute.St
     def _maybe_build_checkpoint_manager(self):
       manager = super()._maybe_build_checkpoint_manager()
       latest = tf.train.latest_checkpoint(model_dir)
-      if manager is not None and latest is None and manager.checkpoint_interval:
-        # A fresh run's first checkpoint is at checkpoint_interval, not at the end of its first
-        # loop (TensorFlow's manager saves whenever it has not saved yet): one write less.
-        manager._last_checkpoint_step = 0  # pylint: disable=protected-access
       if manager is None or self.strategy.extended.should_checkpoint or latest is None:
         return manager
       # Model Garden gives a non-chief worker a fresh temporary checkpoint dir, where it finds
