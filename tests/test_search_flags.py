@@ -47,6 +47,10 @@ LOCAL_CASES = [
     (["--max_nas_trial", "0"], "--max_nas_trial must be at least 1, got 0"),
     (["--max_parallel_nas_trial", "0"], "--max_parallel_nas_trial must be at least 1, got 0"),
     (["--max_failed_nas_trial", "-1"], "--max_failed_nas_trial must be at least 0, got -1"),
+    (["--trial_isolation", "procss"],
+     "unknown --trial_isolation 'procss' (did you mean 'process'?); known: worker, process"),
+    (["--max_trials_per_worker", "0"], "--max_trials_per_worker must be at least 1, got 0"),
+    (["--export_top_k", "-1"], "--export_top_k must be at least 0, got -1"),
     (["--target_device_latency_ms", "0"],
      "--target_device_latency_ms must be a positive number of milliseconds, got 0.0"),
     (["--latency_constraint", "firm"], "unknown --latency_constraint 'firm'; known: hard, soft"),
@@ -121,6 +125,8 @@ def test_the_name_lists_agree_with_the_registries():
   for space in search_flags.PREBUILT_SEARCH_SPACES:
     trial.binding_for(space)  # every space has a model binding
   assert list(search_flags.SEARCH_ALGORITHMS) == controller.known_algorithms()
+  from nascli.search import executors  # pylint: disable=g-import-not-at-top
+  assert sorted(search_flags.TRIAL_ISOLATIONS) == sorted(executors.known_isolations())
   assert search_flags.ALGORITHM_DEFAULTS == {
       "population_size": controller.DEFAULT_POPULATION_SIZE,
       "tournament_size": controller.DEFAULT_TOURNAMENT_SIZE}

@@ -128,6 +128,12 @@ def register_local_executor(isolation: str):
   return register
 
 
+def known_isolations() -> list[str]:
+  """The --trial_isolation values (in registration order)."""
+  from nascli.search import warm_workers  # noqa: F401  pylint: disable=g-import-not-at-top,unused-import
+  return list(_LOCAL_EXECUTORS)
+
+
 def local_executor(isolation: str, **kwargs) -> Executor:
   """The executor of `search_in_local` for a --trial_isolation value."""
   from nascli.search import warm_workers  # noqa: F401  pylint: disable=g-import-not-at-top,unused-import
