@@ -275,7 +275,7 @@ def test_fast_test_yamls_load_into_their_experiments():
   assert (model.backbone.type, model.decoder.type, model.input_size, model.min_level,
           model.max_level) == ('tunable_spinenet', 'identity', [128, 128, 3], 3, 7)
   assert model.backbone.tunable_spinenet.model_id == '49S'
-  assert det.trainer.train_steps == 60
+  assert det.trainer.train_steps == 300
   assert det.trainer.optimizer_config.learning_rate.type == 'cosine'
   # The registered task config class runs MG's RetinaNet Task.
   registered = task_factory._REGISTERED_TASK_CLS  # pylint: disable=protected-access
