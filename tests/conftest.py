@@ -100,7 +100,7 @@ def proposals_of(cache, job_dir, seed, algorithm, command="search_in_local", *ex
   args = [sys.executable, "-m", "nascli", command, "--prebuilt_search_space",
           "mnasnet", "--local_output_dir", str(job_dir), "--seed", str(seed),
           "--search_algorithm", algorithm, "--max_nas_trial", "3", "--max_parallel_nas_trial",
-          "3", *extra]
+          "3", "--trial_isolation", "process", *extra]  # no 3 warm workers loading meanwhile
   env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", NASCLI_CACHE_DIR=cache)
   driver = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
   proposed = []
