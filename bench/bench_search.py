@@ -398,18 +398,11 @@ def spearman(a: list[float], b: list[float]) -> float:
 
 
 def _architectures(count: int, seed: int) -> list[dict]:
-  """The first `count` random proposals of the mnasnet space (as tests/test_warm_workers.py)."""
+  """The first `count` random proposals of the mnasnet space."""
   # pylint: disable=g-import-not-at-top
   from nascli.search import controller
   from tf_vision import search_spaces
-  ctl = controller.Controller.rebuild(search_spaces.get_search_space("mnasnet"), "random", seed,
-                                      [])
-  dnas, out = [], []
-  for _ in range(count):
-    dna, nas_params = ctl.propose_new(dnas)
-    dnas.append(dna)
-    out.append(nas_params)
-  return out
+  return controller.random_architectures(search_spaces.get_search_space("mnasnet"), count, seed)
 
 
 def _timed_calls(functions: dict, inputs, warmup: int, runs: int) -> dict[str, list[float]]:

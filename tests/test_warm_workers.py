@@ -49,13 +49,7 @@ def _architectures(count: int) -> list[dict]:
   # pylint: disable=g-import-not-at-top
   from nascli.search import controller
   from tf_vision import search_spaces
-  ctl = controller.Controller.rebuild(search_spaces.get_search_space("mnasnet"), "random", 4, [])
-  dnas, out = [], []
-  for _ in range(count):
-    dna, nas_params = ctl.propose_new(dnas)
-    dnas.append(dna)
-    out.append(nas_params)
-  return out
+  return controller.random_architectures(search_spaces.get_search_space("mnasnet"), count, 4)
 
 
 def _analysis(job_dir: Path, trial_id: str) -> dict:

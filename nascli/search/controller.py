@@ -292,3 +292,15 @@ class Controller:
         f'but {self.algorithm_name} with seed {self.seed} now proposes {got}; the search '
         f'space, algorithm options or pyglove version changed since the search started; pass '
         f'--overwrite or use another --local_output_dir')
+
+
+def random_architectures(space: Any, count: int, seed: int) -> list[dict[str, Any]]:
+  """The first `count` architectures (Vertex nas_params) random search proposes with `seed`:
+  distinct, repeatable sets for benchmarks and tests."""
+  ctl = Controller.rebuild(space, "random", seed, [])
+  dnas, out = [], []
+  for _ in range(count):
+    dna, nas_params = ctl.propose_new(dnas)
+    dnas.append(dna)
+    out.append(nas_params)
+  return out
