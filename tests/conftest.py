@@ -76,6 +76,30 @@ def retrain_best_trial(job, rows, cache, model_dir, env=None):
       env=env)
 
 
+def restore_tensorflow_scopes() -> bool:
+  """Leaves this thread's TensorFlow scopes as a fresh process has them; True if any was left.
+
+  A SIGINT raised as KeyboardInterrupt between two bytecodes of `strategy.scope()`'s __enter__
+  or __exit__ leaves the scope half entered: a CLI process then exits, but a test process goes
+  on, and every later in-process run fails ("Mixing different tf.distribute.Strategy objects",
+  "Caching devices is not yet supported"). Tests that interrupt a command in this process call
+  this afterwards.
+  """
+  # pylint: disable=g-import-not-at-top,protected-access
+  from tensorflow.python.eager import context
+  from tensorflow.python.framework import ops
+  from tensorflow.python.ops import variable_scope
+  graph = ops.get_default_graph()
+  ctx = context.context()
+  left = bool(getattr(graph, "_distribution_strategy_stack", None)
+              or graph._variable_creator_stack or ctx.device_name)
+  graph._distribution_strategy_stack = []
+  graph._variable_creator_stack = []
+  ctx._set_device("", context._starting_device_spec)
+  del ops.get_collection_ref(variable_scope._VARSCOPESTORE_KEY)[:]
+  return left
+
+
 @pytest.fixture
 def cli(capsys):
   """Runs nascli's main() in-process; returns (exit_code, stdout, stderr)."""

@@ -15,6 +15,7 @@ import pytest
 
 from conftest import convert_digits32
 from conftest import nascli_subprocess
+from conftest import restore_tensorflow_scopes
 
 TRAIN_STEPS = 120
 # Loops of 10 steps; no interval checkpoint before the end, so the one found at the interrupt
@@ -169,6 +170,7 @@ def _in_process_interrupt(cli, delay, *args):
     return cli(*args)
   finally:
     timer.cancel()
+    restore_tensorflow_scopes()  # the signal may have landed inside a strategy scope's entry
 
 
 @pytest.fixture
