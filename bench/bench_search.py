@@ -10,6 +10,9 @@ evolution against random search.
                                           [--params_override ...]
     python bench/bench_search.py algorithms [--seeds 1,2,3] [--trials 12]
                                             [--population_size 4] [--tournament_size 2]
+    python bench/bench_search.py early_stopping [--seeds 1,2,3] [--trials 6]
+                                                [--proxy_steps 540] [--min_steps 90]
+                                                [--reduction_factor 3] [--asha_trials_factor 2]
     (all: [--work_dir /tmp/nascli_bench_search] [--out bench/results/search_<part>.json])
 
 Every search is the real command, `python -m nascli search_in_local --prebuilt_search_space
@@ -73,6 +76,17 @@ algorithms  For each seed, a search of `--trials` trials with `random` and one w
             favour whichever search ran at quieter moments.
             Reported: the best reward each search reached, best-so-far after each trial, the
             number of distinct architectures, and per seed evolution's best minus random's.
+early_stopping
+            Per seed (`--seeds`), random search on digits with a `--proxy_steps` proxy (cosine
+            decay over it), one trial at a time, validation accuracy as the reward: no early
+            stopping with `--trials` trials against `--early_stopping asha` (`--min_steps`,
+            `--reduction_factor`) proposing `--asha_trials_factor` times as many. The same seed
+            proposes the same architectures in the same order (random search ignores rewards),
+            so ASHA sees a superset of the same architectures. Compute = training steps spent,
+            rungs included (scheduler.compute_spent, from the journal), and wall time. Reported
+            per seed: each search's best full-budget reward, ASHA's best within the compute no
+            early stopping spent, the compute at which ASHA first reached no early stopping's
+            best and its ratio; the spread of no early stopping's best over seeds.
 """
 
 import argparse
@@ -610,9 +624,100 @@ def algorithms(args) -> dict:
           "evolution_wins": sum(d > 0 for d in diffs), "ties": sum(d == 0 for d in diffs)}
 
 
+def _compute_curve(job_dir: Path, train_steps: int) -> dict:
+  """From a search's journal, in event order: training steps spent so far (every attempt that
+  reported, rungs included) and the best reward of a trial trained to the full budget so far."""
+  sys.path.insert(0, str(ROOT))
+  from nascli.search import scheduler  # pylint: disable=g-import-not-at-top
+  with open(job_dir / "journal.jsonl", encoding="utf-8") as f:
+    events = [json.loads(line) for line in f if line.strip()]
+  curve, spent, best = [], 0, None
+  for e in events:
+    if e["event"] not in (scheduler.RUNG, "completed"):
+      continue
+    one = scheduler.compute_spent([e], train_steps)[str(e["trial_id"])]
+    spent += one["steps"]
+    if e["event"] == "completed":
+      best = e["reward"] if best is None else max(best, e["reward"])
+    curve.append([spent, None if best is None else round(best, 4)])
+  per_trial = scheduler.compute_spent(events, train_steps)
+  statuses = collections.Counter(e["event"] for e in events
+                                 if e["event"] in ("completed", "stopped", "failed"))
+  return {"curve": curve, "steps": sum(t["steps"] for t in per_trial.values()),
+          "attempt_wall_s": round(sum(t["wall_s"] for t in per_trial.values()), 1),
+          "best_reward": best, "statuses": dict(statuses)}
+
+
+def early_stopping(args) -> dict:
+  """ASHA against no early stopping on digits with a proxy long enough for ranking to matter."""
+  work = Path(args.work_dir)
+  prepare_data(work, "mnasnet")
+  steps = args.proxy_steps
+  loop = args.min_steps
+  override = (f"trainer.train_steps={steps},trainer.steps_per_loop={loop},"
+              f"trainer.summary_interval={loop},trainer.checkpoint_interval={steps},"
+              f"trainer.validation_interval={steps},"
+              f"trainer.optimizer_config.learning_rate.cosine.decay_steps={steps}")
+  configs = {
+      "none": ["--max_nas_trial", str(args.trials)],
+      "asha": ["--max_nas_trial", str(args.trials * args.asha_trials_factor), "--early_stopping",
+               "asha", "--min_steps", str(args.min_steps), "--reduction_factor",
+               str(args.reduction_factor)],
+  }
+  runs = []
+  seeds = [int(s) for s in args.seeds.split(",")]
+  for i, seed in enumerate(seeds):
+    order = ("none", "asha") if i % 2 == 0 else ("asha", "none")
+    for name in order:
+      job = work / f"es_{name}_{seed}"
+      result = search(job, work, *configs[name], "--max_parallel_nas_trial", "1", "--seed",
+                      str(seed), "--params_override", override, "--overwrite",
+                      *NO_FINAL_EXPORT, target_ms=None)
+      curve = _compute_curve(job, steps)
+      runs.append({"seed": seed, "early_stopping": name, "wall_s": round(result["wall_s"], 1),
+                   "command": result["command"], **curve})
+      print(f"seed {seed} {name}: best {curve['best_reward']} with {curve['steps']} steps"
+            f" ({result['wall_s']:.0f} s, {curve['statuses']})", file=sys.stderr)
+  by = {n: {r["seed"]: r for r in runs if r["early_stopping"] == n} for n in configs}
+  per_seed = []
+  for seed in seeds:
+    none, asha = by["none"][seed], by["asha"][seed]
+    # The compute at which ASHA's best full-budget reward first reached no early stopping's.
+    reach = next((c for c, b in asha["curve"] if b is not None and b >= none["best_reward"]),
+                 None)
+    # ASHA's best within the compute no early stopping spent.
+    within = max((b for c, b in asha["curve"] if b is not None and c <= none["steps"]),
+                 default=None)
+    per_seed.append({"seed": seed, "none_best": none["best_reward"],
+                     "asha_best": asha["best_reward"], "asha_best_within_none_compute": within,
+                     "none_steps": none["steps"], "asha_steps": asha["steps"],
+                     "asha_steps_to_reach_none_best": reach,
+                     "compute_ratio_to_reach": _ratio(reach, none["steps"], 3),
+                     "wall_ratio": _ratio(asha["wall_s"], none["wall_s"], 3)})
+  nones = [r["best_reward"] for r in by["none"].values()]
+  # Run-to-run spread: the std of no early stopping's best over the seeds; "reached" within it.
+  spread = statistics.stdev(nones) if len(nones) > 1 else 0.0
+  for p in per_seed:
+    asha = by["asha"][p["seed"]]
+    p["asha_steps_to_reach_none_best_within_spread"] = reach = next(
+        (c for c, b in asha["curve"] if b is not None and b >= p["none_best"] - spread), None)
+    p["compute_ratio_to_reach_within_spread"] = _ratio(reach, p["none_steps"], 3)
+  return {"proxy_steps": steps, "override": override, "runs": runs, "per_seed": per_seed,
+          "summary": {
+              "none_best_mean": round(statistics.mean(nones), 4),
+              "none_best_std_over_seeds": round(spread, 4),
+              "asha_best_mean": round(statistics.mean(r["best_reward"]
+                                                      for r in by["asha"].values()), 4),
+              "asha_compute_ratio_mean": round(statistics.mean(
+                  r["steps"] / by["none"][r["seed"]]["steps"] for r in by["asha"].values()), 3),
+              "asha_wall_ratio_mean": round(statistics.mean(p["wall_ratio"]
+                                                           for p in per_seed), 3)}}
+
+
 PARTS = {"overhead": overhead, "throughput": throughput, "latency_agreement": latency_agreement,
-         "spinenet": spinenet, "algorithms": algorithms}
-DEFAULT_TRIALS = {"overhead": 3, "throughput": 6, "spinenet": 2, "algorithms": 12}
+         "spinenet": spinenet, "algorithms": algorithms, "early_stopping": early_stopping}
+DEFAULT_TRIALS = {"overhead": 3, "throughput": 6, "spinenet": 2, "algorithms": 12,
+                  "early_stopping": 6}
 DEFAULT_ROUNDS = {"overhead": 2, "throughput": 1, "spinenet": 1}
 
 
@@ -638,6 +743,13 @@ def main() -> None:
   parser.add_argument("--parallel", type=int)
   parser.add_argument("--population_size", type=int, default=4)
   parser.add_argument("--tournament_size", type=int, default=2)
+  parser.add_argument("--proxy_steps", type=int, default=540,
+                      help="early_stopping: a full trial's training steps")
+  parser.add_argument("--min_steps", type=int, default=90, help="early_stopping: ASHA's first"
+                      " rung (also the proxy's steps_per_loop)")
+  parser.add_argument("--reduction_factor", type=int, default=3)
+  parser.add_argument("--asha_trials_factor", type=int, default=2,
+                      help="early_stopping: ASHA proposes this many times --trials")
   args = parser.parse_args()
   if args.trials is None:
     args.trials = DEFAULT_TRIALS.get(args.part)

@@ -33,9 +33,13 @@ class DataSpec:
 
 @dataclasses.dataclass
 class Architecture:
-  """A searched architecture: Vertex's nas_params_str (JSON text, a .json file, or its dict)."""
+  """A searched architecture: Vertex's nas_params_str (JSON text, a .json file, or its dict), of
+  the space the search flags' pair names (tf_vision.search_spaces.resolve_search_space): the
+  registered `search_space`, or the space of `search_space_module` (`pkg.module.fn`, imported
+  where the model is built)."""
   search_space: str
   nas_params: str | dict[str, str]
+  search_space_module: str | None = None
 
 
 @dataclasses.dataclass

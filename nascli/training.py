@@ -6,6 +6,7 @@ import os
 import shutil
 import sys
 import time
+from typing import Callable
 
 from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
@@ -28,6 +29,9 @@ class TrainArgs:
   verbose: bool = False
   # A search trial measures the model it trained: the result then holds "model" and "params".
   keep_model: bool = False
+  # trainer.train_steps -> the step to stop at, short of it (an early-stopping rung): the
+  # schedule stays that of train_steps (tf_vision.train_lib.run's stop_at_step).
+  stop_at: Callable[[int], int] | None = None
 
 
 MODES = ("train", "train_and_eval", "train_and_post_eval")
@@ -76,15 +80,16 @@ def with_architecture(run: RunSpec) -> RunSpec:
   if run.architecture is None:
     return run
   # pylint: disable=g-import-not-at-top
-  from nascli.search import trial as trial_lib
+  from tf_vision import search_spaces
   from tf_vision.search_spaces import nas_params as nas_params_lib
   arch = run.architecture
-  binding = trial_lib.binding_for(arch.search_space)
-  _, block_specs = nas_params_lib.decode(arch.search_space, arch.nas_params)
+  space = search_spaces.resolve_search_space(arch.search_space, arch.search_space_module)
+  binding = space.require_binding()
+  _, block_specs = nas_params_lib.decode(space.name, arch.nas_params)
   return dataclasses.replace(
       run, architecture=None, model=run.model if run.experiment else binding.model,
       experiment=run.experiment or binding.experiment,
-      options=_merge(run.options, trial_lib.backbone_override(binding, block_specs)))
+      options=_merge(run.options, binding.backbone_override(block_specs)))
 
 
 def _merge(a: dict, b: dict) -> dict:
@@ -219,7 +224,8 @@ def _train(args: TrainArgs, upload_to: str | None = None) -> dict:
         params, model_dir, strategy, mode=args.mode, steps_per_epoch=run_plan.steps_per_epoch,
         on_loop=display.on_loop,
         on_resume=lambda step: stderr.print(f"resuming from the checkpoint at step {step}"),
-        keep_model=args.keep_model)
+        keep_model=args.keep_model,
+        stop_at_step=args.stop_at(params.trainer.train_steps) if args.stop_at else None)
   if upload_to:
     stderr.print(f"uploading {model_dir} to {upload_to}")
     upload_model_dir(model_dir, upload_to)
@@ -231,13 +237,15 @@ def _train(args: TrainArgs, upload_to: str | None = None) -> dict:
 
 
 def train_search_trials(args: TrainArgs, job_dir: str, trial_numbers: str,
-                        warm_start: bool = False, search_space: str = "mnasnet") -> list[dict]:
+                        warm_start: bool = False, search_space: str = "mnasnet",
+                        search_space_module: str | None = None) -> list[dict]:
   """Stage 2: retrains searched trials' architectures, each into MODEL_DIR/<trial_id>.
 
   Each starts from its search's recipe (tf_vision/configs/stage2.py: the trial's params.yaml,
   schedule STAGE2_SCHEDULE_FACTOR times longer), beneath --config_file/--params_override; with
-  no data flags it trains on the search's data. `search_space` (--search_space) is the space of
-  trials whose trial_spec.json does not say.
+  no data flags it trains on the search's data. `search_space` and `search_space_module`
+  (--search_space, --search_space_module) are the space of trials whose trial_spec.json does not
+  say.
   """
   from tf_vision.configs import stage2  # pylint: disable=g-import-not-at-top
   ids = [t.strip() for t in trial_numbers.split(",") if t.strip()]
@@ -269,9 +277,10 @@ def train_search_trials(args: TrainArgs, job_dir: str, trial_numbers: str,
                                           "init_checkpoint_modules": "backbone"}})
     # No data flags: the search's data (the data fields its trials ran with).
     data = run.data if has_data else dataclasses.replace(run.data, **trial.data)
+    space = ((trial.search_space, trial.search_space_module) if trial.search_space
+             else (search_space, search_space_module))
     trial_run = dataclasses.replace(
-        run, architecture=Architecture(trial.search_space or search_space,
-                                       trial.nas_params_path),
+        run, architecture=Architecture(space[0], trial.nas_params_path, space[1]),
         experiment=run.experiment or (trial.experiment if recipe else None), options=options,
         recipe=recipe, data=data)
     results.append(train(dataclasses.replace(

@@ -60,13 +60,21 @@ LOCAL_CASES = [
      " spinenet"),
     (["--search_algorithm", "regularised_evolution"],
      "unknown --search_algorithm 'regularised_evolution' (did you mean"
-     " 'regularized_evolution'?); known: random, regularized_evolution"),
+     " 'regularized_evolution'?); known: nsga2, random, regularized_evolution, reinforce, tpe"),
     (["--population_size", "4"],
-     "--population_size is an option of --search_algorithm regularized_evolution, not random"),
+     "--population_size is an option of --search_algorithm nsga2 or regularized_evolution, not tpe"),
     (["--search_algorithm", "regularized_evolution", "--tournament_size", "1"],
      "--tournament_size must be at least 2, got 1"),
     (["--search_algorithm", "regularized_evolution", "--population_size", "3"],
      "--population_size (3) must be at least --tournament_size (5)"),
+    (["--search_algorithm", "nsga2"],
+     "--search_algorithm nsga2 cannot optimize one scalar reward; use: random,"
+     " regularized_evolution, reinforce, tpe"),
+    (["--search_algorithm", "reinforce", "--objectives", "accuracy:max,latency_ms:min"],
+     "--search_algorithm reinforce cannot optimize 2 objectives (--objectives); use: nsga2,"
+     " random, tpe"),
+    (["--search_algorithm", "nsga2", "--objectives", "accuracy:max,params:min",
+      "--population_size", "0"], "--population_size must be at least 1, got 0"),
     (["--search_docker_flags", "bogus=1"], "--search_docker_flags 'bogus=1': expected KEY=VALUE"),
     (["--search_docker_flags", "model=retinanet"],
      "model=retinanet does not fit search space mnasnet (it builds a classification model)"),
@@ -118,22 +126,29 @@ def test_bad_search_flags_on_ray_are_refused_before_ray_loads(tmp_path):
 
 def test_the_name_lists_agree_with_the_registries():
   # pylint: disable=g-import-not-at-top
-  from nascli.search import controller, local_main, trial
+  from nascli.search import controller
   from tf_vision import search_spaces
-  assert list(search_flags.PREBUILT_SEARCH_SPACES) == search_spaces.known_search_spaces()
-  assert sorted(local_main.DEFAULTS) == list(search_flags.PREBUILT_SEARCH_SPACES)
-  for space in search_flags.PREBUILT_SEARCH_SPACES:
-    trial.binding_for(space)  # every space has a model binding
+  assert list(search_flags.PREBUILT_SEARCH_SPACES) == search_spaces.known_search_spaces() == [
+      "mnasnet", "spinenet"]
+  for space in search_flags.PREBUILT_SEARCH_SPACES:  # each trains a model, offline by default
+    entry = search_spaces.get_entry(space)
+    assert entry.binding is not None and entry.defaults is not None and entry.block_specs
   assert list(search_flags.SEARCH_ALGORITHMS) == controller.known_algorithms()
+  from nascli.search import search_loop  # pylint: disable=g-import-not-at-top
+  assert search_flags.DEFAULT_ALGORITHM == search_loop.SearchArgs(job_dir="j").search_algorithm
+  for name, (_, (fewest, most)) in search_flags.SEARCH_ALGORITHMS.items():
+    for count in range(1, 5):
+      assert controller.algorithm_supports_objectives(name, count) == (
+          fewest <= count and (most is None or count <= most)), (name, count)
   from nascli.search import executors  # pylint: disable=g-import-not-at-top
   assert sorted(search_flags.TRIAL_ISOLATIONS) == sorted(executors.known_isolations())
   assert search_flags.ALGORITHM_DEFAULTS == {
       "population_size": controller.DEFAULT_POPULATION_SIZE,
       "tournament_size": controller.DEFAULT_TOURNAMENT_SIZE}
   # Each algorithm takes exactly the options the list says.
-  for name, options in search_flags.SEARCH_ALGORITHMS.items():
-    controller.make_algorithm(name, 0, **{k: search_flags.ALGORITHM_DEFAULTS[k]
-                                          for k in options})
+  for name, (options, (fewest, _)) in search_flags.SEARCH_ALGORITHMS.items():
+    controller.make_algorithm(name, 0, fewest, **{k: search_flags.ALGORITHM_DEFAULTS[k]
+                                                  for k in options})
     for other in set(search_flags.ALGORITHM_DEFAULTS) - set(options):
       with pytest.raises(Exception, match=f"no option '{other}'"):
-        controller.make_algorithm(name, 0, **{other: 3})
+        controller.make_algorithm(name, 0, fewest, **{other: 3})

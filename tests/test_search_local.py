@@ -264,7 +264,7 @@ def _controller_proposals(algorithm, seed, count=3):
   return dnas
 
 
-@pytest.mark.parametrize("algorithm", ["random", "regularized_evolution"])
+@pytest.mark.parametrize("algorithm", ["tpe", "regularized_evolution"])
 def test_same_seed_proposes_the_same_architectures(cache, tmp_path, algorithm):
   """--seed reaches the driver's controller: its proposals are those of a controller with that
   seed (per-seed determinism of the controllers themselves: test_search_controller.py)."""
@@ -295,7 +295,7 @@ def test_bad_search_input_one_line_exit_1(cli, cache, tmp_path, monkeypatch, arg
 
 def test_job_dir_of_other_settings_is_refused(cli, cache, tmp_path, monkeypatch):
   job = tmp_path / "job"
-  first = _proposals_of(cache, job, 11, "random")
+  first = _proposals_of(cache, job, 11, "tpe")  # the default algorithm
   monkeypatch.setenv("NASCLI_CACHE_DIR", cache)
   code, _, stderr = cli("search_in_local", "--local_output_dir", job, "--seed", "12",
                         "--max_nas_trial", "3", "--max_parallel_nas_trial", "3")

@@ -86,7 +86,7 @@ def test_a_search_on_ray_writes_what_search_in_local_writes(searched, cache, tmp
   events = journal_events(job)
   from conftest import proposals_of  # pylint: disable=g-import-not-at-top
   assert [e["dna"] for e in events if e["event"] == "proposed"] == proposals_of(
-      cache, tmp_path / "local", 4, "random")
+      cache, tmp_path / "local", 4, "tpe")  # the default algorithm
   listed = nascli_subprocess("list_trials", job, "--json")
   assert sorted(r["reward"] for r in json.loads(listed.stdout)) == sorted(
       r["reward"] for r in rows)

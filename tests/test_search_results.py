@@ -355,9 +355,11 @@ def test_update_all_writes_every_output(job):
   assert rows == results.trial_rows(job_dir, state)
   for name in ('trials.json', 'trials.csv', 'search_progress.png', 'hparams'):
     assert os.path.exists(job_dir / name)
-  # The journal's --overwrite removes exactly these.
+  # The journal's --overwrite removes exactly these (and a multi-objective search's, which
+  # tests/test_pareto.py checks).
   assert set(journal_lib.DERIVED_OUTPUTS) == {'trials.json', 'trials.csv',
-                                              'search_progress.png', 'hparams'}
+                                              'search_progress.png', 'hparams',
+                                              results.PARETO_JSON, results.PARETO_PLOT}
 
 
 # --------------------------------------------------------------------------- list_trials

@@ -37,7 +37,7 @@ def _fake_search_trial(job_dir: Path, trial_id: str, space: str, config_file: Pa
   import pyglove as pg
   from official.core import train_utils
   from tf_vision import model_dir as model_dir_lib
-  from tf_vision.search_spaces import get_search_space, nas_params
+  from tf_vision.search_spaces import get_entry, get_search_space, nas_params
   algo = pg.geno.Random(seed=seed)
   algo.setup(pg.dna_spec(get_search_space(space)))
   chosen = nas_params.to_nas_params(get_search_space(space), algo.propose())
@@ -54,7 +54,7 @@ def _fake_search_trial(job_dir: Path, trial_id: str, space: str, config_file: Pa
   params = training.plan(spec.train_args()).params
   train_utils.serialize_config(params, str(trial_dir))
   model_dir_lib.write_run_info(str(trial_dir),
-                               {"experiment": trial_lib.binding_for(space).experiment})
+                               {"experiment": get_entry(space).binding.experiment})
   return trial_dir
 
 

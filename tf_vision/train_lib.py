@@ -6,6 +6,12 @@ this module adds what it lacks as Orbit train actions: the THOR-style log line
 stop with `job_status.json` on a NaN or infinite loss, a log whose step sequence stays clean
 across a kill and resume, and a Ctrl-C or SIGTERM that stops at the end of the training loop it
 lands in, saves a checkpoint there and leaves `interrupted` in job_status.json.
+
+A run may also stop at a step short of `trainer.train_steps` (`stop_at_step`: a search
+scheduler's rung): it trains to that step with everything else,
+learning-rate schedule included, that of the full `train_steps`, saves a checkpoint there,
+evaluates, and leaves `paused` in job_status.json; run again without a stop (or with a later
+one) it resumes from that checkpoint, so no step is trained twice.
 """
 
 import dataclasses
@@ -33,6 +39,8 @@ from tf_vision.optimization import wrappers
 LOG_FILE = "log"
 METRICS_FILE = "train_metrics.jsonl"
 _LOG_LINE = re.compile(r"^epoch: (\d+) step: (\d+), loss is \S+$")
+# job_status.json of a run that stopped at its `stop_at_step`, short of train_steps: resumable.
+PAUSED = "paused"
 
 
 class NonFiniteLossError(NascliError):
@@ -172,12 +180,17 @@ def _latest_step(model_dir: str) -> int:
 def run(params: cfg.ExperimentConfig, model_dir: str, strategy: tf.distribute.Strategy,
         mode: str = "train_and_eval", steps_per_epoch: int = 0,
         on_loop: Callable[[LoopReport], None] = lambda report: None,
-        on_resume: Callable[[int], None] = lambda step: None, keep_model: bool = False) -> dict:
+        on_resume: Callable[[int], None] = lambda step: None, keep_model: bool = False,
+        stop_at_step: int | None = None) -> dict:
   """Trains (and evaluates) `params` in `model_dir`; resumes from its latest checkpoint.
 
-  Returns {"status", "step", "resumed_from", "eval_metrics", "seconds", "num_replicas", "loops"
-  ([steps, seconds] per train loop), "eval_seconds" (the final evaluation)}, plus "model" (the
-  trained Keras model) with `keep_model`, for a caller that times or measures it; raises
+  `stop_at_step` ends training at that step
+  instead of train_steps, which still sets the schedule; the run then ends `paused`.
+
+  Returns {"status" (completed, or paused), "step", "resumed_from", "train_steps",
+  "eval_metrics", "seconds", "num_replicas", "loops" ([steps, seconds] per train loop),
+  "eval_seconds" (the final evaluation)}, plus "model" (the trained Keras model) with
+  `keep_model`, for a caller that times or measures it; raises
   NonFiniteLossError (after writing job_status.json) when the loss stops being finite, and
   nascli's `interrupts.Interrupted` on SIGINT/SIGTERM: the signal waits for the end of the
   training loop it lands in, a checkpoint of that step is saved, and job_status.json says
@@ -188,6 +201,8 @@ def run(params: cfg.ExperimentConfig, model_dir: str, strategy: tf.distribute.St
   in `model_dir`, which must then be shared.
   """
   chief = _is_chief(strategy)
+  total_steps = params.trainer.train_steps
+  train_to = total_steps if stop_at_step is None else max(1, min(int(stop_at_step), total_steps))
   if chief:
     tf.io.gfile.makedirs(model_dir)
     train_utils.serialize_config(params, model_dir)
@@ -231,10 +246,10 @@ def run(params: cfg.ExperimentConfig, model_dir: str, strategy: tf.distribute.St
         return super().run()
       with self.strategy.scope():
         if self._mode == "train":
-          self.controller.train(steps=params.trainer.train_steps)
+          self.controller.train(steps=train_to)
         else:
           self.controller.train_and_evaluate(
-              train_steps=params.trainer.train_steps,
+              train_steps=train_to,
               eval_steps=params.trainer.validation_steps,
               eval_interval=params.trainer.validation_interval)
       return self.trainer.model, {}
@@ -312,16 +327,20 @@ def run(params: cfg.ExperimentConfig, model_dir: str, strategy: tf.distribute.St
   actions = [state.action] if state.action else []
   step = int(runner.trainer.global_step.numpy())
   metrics = {k: _scalar(v) for k, v in (eval_logs or {}).items() if _scalar(v) is not None}
-  result = {"status": job_status.COMPLETED, "step": step, "resumed_from": resumed_from,
-            "eval_metrics": metrics, "seconds": round(time.monotonic() - start, 3),
+  status = PAUSED if train_to < total_steps and step < total_steps else job_status.COMPLETED
+  result = {"status": status, "step": step, "resumed_from": resumed_from,
+            "train_steps": total_steps, "eval_metrics": metrics,
+            "seconds": round(time.monotonic() - start, 3),
             "num_replicas": strategy.num_replicas_in_sync,
             "loops": [[n, round(t, 4)] for n, t in (actions[0].loops if actions else [])],
             "eval_seconds": round(eval_seconds, 3)}
   if keep_model:
     result["model"] = runner.trainer.model
   if chief:
-    job_status.write(model_dir, job_status.COMPLETED, step=step, eval_metrics=metrics,
-                     num_replicas=strategy.num_replicas_in_sync)
+    job_status.write(model_dir, status, step=step, eval_metrics=metrics,
+                     num_replicas=strategy.num_replicas_in_sync,
+                     **({"checkpoint_step": step, "train_steps": total_steps}
+                        if status == PAUSED else {}))
   return result
 
 

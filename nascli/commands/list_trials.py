@@ -15,12 +15,18 @@ from nascli import console
 from nascli.commands.options import flag
 from nascli.errors import NascliError
 
-STATUS_HELP = ("Only trials with this status: completed, failed, failed_with_nan, infeasible,"
-               " interrupted, running, pending (repeatable or comma-separated).")
+STATUS_HELP = ("Only trials with this status: completed, stopped (early stopping), failed,"
+               " failed_with_nan, infeasible, interrupted, running, pending, paused (a rung"
+               " reported, awaiting its decision) (repeatable or comma-separated).")
 # The table's columns (row keys): `accuracy` is headed by the metric it is (accuracy, AP),
 # `wall_s` is the trial's wall time (its last attempt, process start to end).
 COLUMNS = ("trial_id", "status", "reward", "accuracy", "latency_ms", "params", "flops",
            "wall_s")
+# A multi-objective search's rows (results.PARETO_COLUMNS) show whether a trial is on the front.
+PARETO_COLUMN = "pareto"
+# A search with early stopping (results.EARLY_STOPPING_COLUMNS): the step a trial's metrics are
+# from (a stopped trial's last rung).
+STEP_COLUMN = "step"
 
 
 def list_trials(
@@ -35,19 +41,24 @@ def list_trials(
     = None,
     as_json: Annotated[bool, typer.Option(*flag("json"), help="Print the trials as JSON.")]
     = False,
+    pareto: Annotated[bool, typer.Option(
+        *flag("pareto"), help="Only the Pareto front (a search with --objectives).")] = False,
 ) -> None:
   """List the trials of a search job, sorted by reward (best first)."""
   # pylint: disable=g-import-not-at-top
   from nascli.search import journal as journal_lib
   from nascli.search import results
   wanted = _statuses(status or [], journal_lib.FINAL_STATUSES + (
-      journal_lib.INTERRUPTED, journal_lib.RUNNING, journal_lib.PENDING))
+      journal_lib.INTERRUPTED, journal_lib.RUNNING, journal_lib.PENDING, journal_lib.PAUSED))
   journal = journal_lib.journal_for(job_dir)
   if not journal.exists():
     raise NascliError(f"{job_dir} is not a nascli search job (no {journal.NAME})")
   state = journal_lib.replay(journal.events())
+  if pareto and not results.objectives_of(state):
+    raise NascliError(f"{job_dir} has no Pareto front: it searched one reward (no --objectives)")
   all_rows = results.trial_rows(job_dir, state)
-  rows = results.sort_by_reward(r for r in all_rows if not wanted or r["status"] in wanted)
+  rows = results.sort_by_reward(r for r in all_rows if (not wanted or r["status"] in wanted)
+                                and (not pareto or r["pareto"]))
   if max_trials is not None:
     rows = rows[:max_trials]
   if as_json:
@@ -75,6 +86,10 @@ def _summary(job_dir: str, all_rows: Sequence[dict], shown: int) -> str:
     counts[row["status"]] = counts.get(row["status"], 0) + 1
   summary = ", ".join(f"{n} {s}" for s, n in counts.items()) or "no trials yet"
   title = f"{job_dir}: {summary}"
+  if any(PARETO_COLUMN in row for row in all_rows):
+    volumes = [r["hypervolume"] for r in all_rows if r.get("hypervolume") is not None]
+    title += (f"; Pareto front: {sum(1 for r in all_rows if r[PARETO_COLUMN])} trials,"
+              f" hypervolume {_fmt('hypervolume', max(volumes, default=None))}")
   if shown != len(all_rows):
     title += f" (showing {shown})"
   return title
@@ -93,6 +108,10 @@ def _fmt(column: str, value: Any) -> str:
     return _si(value)
   if column == "wall_s":
     return f"{value:.1f}"
+  if column == "hypervolume":
+    return f"{value:.4g}"
+  if column == PARETO_COLUMN:
+    return "yes" if value else "-"
   return str(value)
 
 
@@ -107,12 +126,18 @@ def _si(value: float) -> str:
 def trials_table(rows: Sequence[dict], title: Optional[str] = None) -> Table:
   """The trial rows (`nascli.search.results.trial_rows`) as a Rich table, in the given order."""
   table = Table(title=title, title_justify="left")
-  for column in COLUMNS:
-    numeric = column not in ("trial_id", "status")
+  columns = COLUMNS
+  if any(PARETO_COLUMN in row for row in rows):
+    columns = COLUMNS[:3] + (PARETO_COLUMN,) + COLUMNS[3:]
+  if any(STEP_COLUMN in row for row in rows):
+    at = columns.index("status") + 1
+    columns = columns[:at] + (STEP_COLUMN,) + columns[at:]
+  for column in columns:
+    numeric = column not in ("trial_id", "status", PARETO_COLUMN)
     header = metric_name(rows) if column == "accuracy" else column
     table.add_column(header, justify="right" if numeric else "left", no_wrap=True)
   for row in rows:
-    table.add_row(*(_fmt(c, row.get(c)) for c in COLUMNS))
+    table.add_row(*(_fmt(c, row.get(c)) for c in columns))
   return table
 
 

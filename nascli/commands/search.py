@@ -58,7 +58,7 @@ def search(
     = None,
     prebuilt_search_space: f.Space = "mnasnet",
     search_space_module: f.SpaceModule = None,
-    search_algorithm: f.Algorithm = "random",
+    search_algorithm: f.Algorithm = f.DEFAULT_ALGORITHM,
     seed: f.Seed = 0,
     max_nas_trial: f.MaxTrials = 4,
     max_parallel_nas_trial: f.MaxParallel = 2,
@@ -82,6 +82,10 @@ def search(
     max_trials_per_worker: f.MaxTrialsPerWorker = 10,
     export_top_k: f.ExportTopK = 3,
     export_every_trial: f.ExportEveryTrial = False,
+    objectives: f.Objectives = None,
+    early_stopping: f.EarlyStopping = "none",
+    min_steps: f.MinSteps = None,
+    reduction_factor: f.ReductionFactor = None,
     as_json: f.AsJson = False,
 ) -> None:
   """Search architectures with trials on a Ray cluster (a warm worker per slot in a Ray actor,
@@ -95,6 +99,11 @@ def search(
   for name in ("num_cpus_per_trial", "num_gpus_per_trial"):
     if not values[name] >= 0:
       raise NascliError(f"--{name} must not be negative, got {values[name]}")
+  if early_stopping != "none" and (local_output_dir or "").startswith("gs://"):
+    # Each attempt then runs in a fresh folder of the node Ray picks: no checkpoint to go on from.
+    raise NascliError(f"--early_stopping {early_stopping} with a gs:// --local_output_dir on Ray:"
+                      " a promoted trial could not continue from its checkpoint; use a job dir"
+                      " on storage every node reaches")
   env = _runtime_env(runtime_env, container_image)
   with f.interrupt_described(values):
     # pylint: disable=g-import-not-at-top

@@ -11,7 +11,6 @@ import inspect
 import json
 import math
 import os
-import re
 from typing import Annotated, Any, Callable, Iterator, Optional
 
 import typer
@@ -22,26 +21,37 @@ from nascli import storage
 from nascli.commands.options import flag
 from nascli.errors import NascliError
 from nascli.search import local_main
+from nascli.search import pareto as pareto_lib
 from nascli.search import reward as reward_lib
-from nascli.search import trial as trial_lib
+from nascli.search import scheduler as scheduler_lib
+from tf_vision.search_spaces import registry as space_registry
 
-# What the registries hold (tf_vision.search_spaces, nascli.search.controller), spelled out so a
-# name is checked without importing them (they import pyglove); tests/test_search_flags.py
-# asserts that these agree with the registries.
-PREBUILT_SEARCH_SPACES = ("mnasnet", "spinenet")
-SEARCH_ALGORITHMS: dict[str, tuple[str, ...]] = {  # name: the options it takes
-    "random": (),
-    "regularized_evolution": ("population_size", "tournament_size"),
+# The search spaces' registry loads no pyglove: the prebuilt names are read from it. What the
+# controller's registry holds (nascli.search.controller) is spelled out so a name is checked
+# without importing it (it imports pyglove); tests/test_search_flags.py asserts that these agree.
+PREBUILT_SEARCH_SPACES = tuple(space_registry.known_search_spaces())
+# name: (the options it takes, (fewest, most) objectives it optimizes; None: any number).
+SEARCH_ALGORITHMS: dict[str, tuple[tuple[str, ...], tuple[int, int | None]]] = {
+    "nsga2": (("population_size",), (2, None)),
+    "random": ((), (1, None)),
+    "regularized_evolution": (("population_size", "tournament_size"), (1, 1)),
+    "reinforce": ((), (1, 1)),
+    "tpe": ((), (1, None)),
 }
+# The default controller, chosen on NAS-Bench-201 (BENCHMARKS.md): it beat random and
+# regularized evolution on CIFAR-10, CIFAR-100 and ImageNet16-120.
+DEFAULT_ALGORITHM = "tpe"
 ALGORITHM_DEFAULTS = {"population_size": 20, "tournament_size": 5}  # controller.DEFAULT_*
-_DOTTED_PATH = re.compile(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)+")
 
 Space = Annotated[str, typer.Option(
     *flag("prebuilt_search_space"), help="mnasnet (classification) or spinenet (detection).")]
 SpaceModule = Annotated[Optional[str], typer.Option(
-    *flag("search_space_module"), help="pkg.module.fn returning your own pyglove space.")]
+    *flag("search_space_module"), help="pkg.module.fn: your own space, a function returning a"
+    " pyglove space shaped as --prebuilt_search_space's, or registered with"
+    " register_search_space.")]
 Algorithm = Annotated[str, typer.Option(
-    *flag("search_algorithm"), help="random or regularized_evolution.")]
+    *flag("search_algorithm"), help="tpe (Optuna's TPE), regularized_evolution, reinforce"
+    " (policy gradient), random; with --objectives: nsga2, tpe or random.")]
 Seed = Annotated[int, typer.Option(*flag("seed"), help="Controller seed.")]
 MaxTrials = Annotated[int, typer.Option(
     *flag("max_nas_trial"), help="Trials in total (resumes count what is done).")]
@@ -78,7 +88,8 @@ ValidationPath = Annotated[Optional[str], typer.Option(
 DatasetDir = Annotated[Optional[str], typer.Option(
     *flag("dataset_dir"), help="A convert-data folder (default: the embedded data set).")]
 Population = Annotated[Optional[int], typer.Option(
-    *flag("population_size"), help="regularized_evolution population.")]
+    *flag("population_size"), help="regularized_evolution population (default 20), nsga2's"
+    " (default 8).")]
 Tournament = Annotated[Optional[int], typer.Option(
     *flag("tournament_size"), help="regularized_evolution tournament.")]
 Overwrite = Annotated[bool, typer.Option(
@@ -97,6 +108,20 @@ ExportTopK = Annotated[int, typer.Option(
     " trials; any other: `nascli export --model_dir JOB/TRIAL`.")]
 ExportEveryTrial = Annotated[bool, typer.Option(
     *flag("export_every_trial"), help="Each trial exports its SavedModel as it ends.")]
+EarlyStopping = Annotated[str, typer.Option(
+    *flag("early_stopping"), help="Stop weak trials early: none, median (Vizier's median"
+    " rule) or asha (asynchronous successive halving). Trials train in rungs of --min_steps *"
+    " --reduction_factor**k steps, report, and are stopped or go on from their checkpoint.")]
+MinSteps = Annotated[Optional[int], typer.Option(
+    *flag("min_steps"), help="With --early_stopping: the steps a trial trains before its first"
+    " report (its first rung). Default: trainer.train_steps // reduction_factor**2 (rungs"
+    " at about 1/9, 1/3 and all of the budget).")]
+ReductionFactor = Annotated[Optional[int], typer.Option(
+    *flag("reduction_factor"), help="With --early_stopping: each rung this many times the last;"
+    " asha keeps the top 1/this of each rung (default 3).")]
+Objectives = Annotated[Optional[str], typer.Option(
+    *flag("objectives"), help="A Pareto front instead of the MnasNet reward: METRIC:max|min,..."
+    " of accuracy, latency_ms, flops, params, seconds (e.g. accuracy:max,latency_ms:min).")]
 
 
 def search_args(prebuilt_search_space, search_space_module, search_algorithm, seed,
@@ -105,12 +130,16 @@ def search_args(prebuilt_search_space, search_space_module, search_algorithm, se
                 experiment, config_file, params_override, training_data_path,
                 validation_data_path, dataset_dir, population_size, tournament_size, overwrite,
                 trial_isolation, max_trials_per_worker, export_top_k, export_every_trial,
+                objectives=None, early_stopping="none", min_steps=None, reduction_factor=None,
                 **extra):
   """The SearchArgs the shared flags describe (`extra`: fields only one command has)."""
   # pylint: disable=g-import-not-at-top
   from nascli.run_spec import DataSpec, RunSpec, TrialSettings
   from nascli.search import local_main
   from nascli.search.search_loop import SearchArgs
+  scheduler = scheduler_lib.SchedulerSettings(
+      name=early_stopping, min_steps=min_steps,
+      reduction_factor=reduction_factor or scheduler_lib.DEFAULT_REDUCTION_FACTOR)
   options = {k: v for k, v in (("population_size", population_size),
                                ("tournament_size", tournament_size)) if v is not None}
   run = RunSpec(experiment=experiment, config_files=list(config_file or []),
@@ -127,6 +156,7 @@ def search_args(prebuilt_search_space, search_space_module, search_algorithm, se
       max_parallel_nas_trial=max_parallel_nas_trial, max_failed_nas_trial=max_failed_nas_trial,
       overwrite=overwrite, algorithm_options=options, trial_isolation=trial_isolation,
       max_trials_per_worker=max_trials_per_worker, export_top_k=export_top_k, trial=trial,
+      objectives=pareto_lib.canonical(objectives) if objectives else None, scheduler=scheduler,
       **extra)
 
 
@@ -204,14 +234,25 @@ def _reward(values: dict[str, Any]) -> None:
 
 
 @_check
+def _objectives(values: dict[str, Any]) -> None:
+  if values.get("objectives") is not None:
+    pareto_lib.parse_objectives(values["objectives"])
+
+
+@_check
+def _early_stopping(values: dict[str, Any]) -> None:
+  scheduler_lib.check(values.get("early_stopping", "none"), values.get("min_steps"),
+                      values.get("reduction_factor"),
+                      multi_objective=values.get("objectives") is not None)
+
+
+@_check
 def _space(values: dict[str, Any]) -> None:
   space = values["prebuilt_search_space"]
   if space not in PREBUILT_SEARCH_SPACES:
     raise _unknown("prebuilt_search_space", space, PREBUILT_SEARCH_SPACES)
-  module = values["search_space_module"]
-  if module is not None and not _DOTTED_PATH.fullmatch(module):
-    raise NascliError(f"--search_space_module {module!r}: expected a dotted path"
-                      " 'package.module.function'")
+  if values["search_space_module"] is not None:
+    space_registry.check_module_path(values["search_space_module"], "--search_space_module")
 
 
 @_check
@@ -219,13 +260,24 @@ def _algorithm(values: dict[str, Any]) -> None:
   name = values["search_algorithm"]
   if name not in SEARCH_ALGORITHMS:
     raise _unknown("search_algorithm", name, SEARCH_ALGORITHMS)
+  options, (fewest, most) = SEARCH_ALGORITHMS[name]
+  count = len(pareto_lib.parse_objectives(values["objectives"])) if values.get(
+      "objectives") is not None else 1
+  if count < fewest or (most is not None and count > most):
+    able = [a for a, (_, (lo, hi)) in SEARCH_ALGORITHMS.items()
+            if lo <= count and (hi is None or count <= hi)]
+    what = ("one scalar reward" if count == 1 else f"{count} objectives (--objectives)")
+    raise NascliError(f"--search_algorithm {name} cannot optimize {what}; use: {', '.join(able)}")
   given = {k: values[k] for k in ALGORITHM_DEFAULTS if values.get(k) is not None}
   for key in given:
-    if key not in SEARCH_ALGORITHMS[name]:
-      takers = [a for a, options in SEARCH_ALGORITHMS.items() if key in options]
+    if key not in options:
+      takers = [a for a, (taken, _) in SEARCH_ALGORITHMS.items() if key in taken]
       raise NascliError(f"--{key} is an option of --search_algorithm {' or '.join(takers)},"
                         f" not {name}")
   if not given:
+    return
+  _at_least(values, "population_size", 1)
+  if "tournament_size" not in options:
     return
   _at_least(values, "tournament_size", 2)
   sizes = {**ALGORITHM_DEFAULTS, **given}
@@ -276,7 +328,7 @@ def _sources(values: dict[str, Any]) -> None:
 def _docker_model(value: str, values: dict[str, Any], what: str) -> None:
   del what
   space = values["prebuilt_search_space"]
-  expected = trial_lib.binding_for(space).model
+  expected = space_registry.get_entry(space).require_binding().model
   if value != expected and not values["search_space_module"]:
     raise NascliError(f"model={value} does not fit search space {space} (it builds a"
                       f" {expected} model)")

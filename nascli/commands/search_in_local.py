@@ -6,7 +6,7 @@ from nascli.commands import search_flags as f
 def search_in_local(
     prebuilt_search_space: f.Space = "mnasnet",
     search_space_module: f.SpaceModule = None,
-    search_algorithm: f.Algorithm = "random",
+    search_algorithm: f.Algorithm = f.DEFAULT_ALGORITHM,
     seed: f.Seed = 0,
     max_nas_trial: f.MaxTrials = 4,
     max_parallel_nas_trial: f.MaxParallel = 1,
@@ -30,6 +30,10 @@ def search_in_local(
     max_trials_per_worker: f.MaxTrialsPerWorker = 10,
     export_top_k: f.ExportTopK = 3,
     export_every_trial: f.ExportEveryTrial = False,
+    objectives: f.Objectives = None,
+    early_stopping: f.EarlyStopping = "none",
+    min_steps: f.MinSteps = None,
+    reduction_factor: f.ReductionFactor = None,
     as_json: f.AsJson = False,
 ) -> None:
   """Search architectures on this machine: trials in parallel (one GPU each when there are

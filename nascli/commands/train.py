@@ -23,14 +23,15 @@ def _trial_ids(text: str | None) -> list[str]:
   return [t.strip() for t in (text or "").split(",") if t.strip()]
 
 
-def _refuse_bad_flags(args, search_space: str, keep_checkpoint_max: int | None,
-                      search_job_dir: str | None, train_nas_trial_numbers: str | None) -> None:
+def _refuse_bad_flags(args, search_space: str, search_space_module: str | None,
+                      keep_checkpoint_max: int | None, search_job_dir: str | None,
+                      train_nas_trial_numbers: str | None) -> None:
   """Everything about the flags that needs no TensorFlow (issue 18: refused in a second, not
   after 15-40 s of imports); nascli.training.plan checks them again with the config."""
   # pylint: disable=g-import-not-at-top
   from nascli import training
-  from nascli.search import trial as trial_lib
   from tf_vision import nas_params_syntax
+  from tf_vision.search_spaces import registry
   from tf_vision.configs import fastnn_keys, yaml_source
   run, data = args.run, args.run.data
   checks.one_of(args.mode, training.MODES, "--mode")
@@ -39,7 +40,10 @@ def _refuse_bad_flags(args, search_space: str, keep_checkpoint_max: int | None,
   if run.strategy is not None:
     checks.one_of(run.strategy, STRATEGIES, "--strategy")
   # The spaces train can build a model for.
-  checks.one_of(search_space, trial_lib.known_spaces(), "--search_space")
+  checks.one_of(search_space, [s for s in registry.known_search_spaces()
+                               if registry.get_entry(s).binding], "--search_space")
+  if search_space_module is not None:
+    registry.check_module_path(search_space_module, "--search_space_module")
   checks.int_range(run.seed, "--seed", 0, 2**32 - 1, allowed="0 to 2**32 - 1")
   checks.int_range(run.num_gpus, "--num_gpus", 1,
                    allowed="1 or more (leave it out for every GPU of the machine)")
@@ -125,6 +129,9 @@ def _train(
     search_space: Annotated[str, typer.Option(
         *flag("search_space"), help="The space --nas_params_str comes from: mnasnet or"
         " spinenet.")] = "mnasnet",
+    search_space_module: Annotated[Optional[str], typer.Option(
+        *flag("search_space_module"), help="Or the search's --search_space_module pkg.module.fn"
+        " (its own space).")] = None,
     search_job_dir: Annotated[Optional[str], typer.Option(
         *flag("search_job_dir"), help="Stage 2: a search job dir whose trials to retrain.")]
     = None,
@@ -156,11 +163,12 @@ def _train(
                     validation_data_path=validation_data_path, dataset_name=dataset_name,
                     dataset_dir=dataset_dir, train_files=train_files),
       strategy=strategy, num_gpus=num_gpus, seed=seed,
-      architecture=Architecture(search_space, nas_params_str) if nas_params_str else None)
+      architecture=(Architecture(search_space, nas_params_str, search_space_module)
+                    if nas_params_str else None))
   train_args = training.TrainArgs(run=run, model_dir=model_dir, mode=mode, verbose=verbose)
   if not list_experiments:
-    _refuse_bad_flags(train_args, search_space, keep_checkpoint_max, search_job_dir,
-                      train_nas_trial_numbers)
+    _refuse_bad_flags(train_args, search_space, search_space_module, keep_checkpoint_max,
+                      search_job_dir, train_nas_trial_numbers)
   from nascli import frameworks
   frameworks.load()
   if list_experiments:
@@ -169,7 +177,8 @@ def _train(
     return
   if search_job_dir or train_nas_trial_numbers:
     results = training.train_search_trials(train_args, search_job_dir, train_nas_trial_numbers,
-                                           retrain_use_search_job_checkpoint, search_space)
+                                           retrain_use_search_job_checkpoint, search_space,
+                                           search_space_module)
     if as_json:
       print(json.dumps(results, indent=2))
     for result in results if not as_json else []:

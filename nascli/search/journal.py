@@ -9,13 +9,24 @@ Events (each also carries "seq", 1, 2, 3, ..., and "time", ISO 8601 UTC):
   search_started {settings, fingerprint}
   proposed       {trial_id, dna, nas_params}
   started        {trial_id, attempt}
-  completed      {trial_id, reward, metrics}
+  completed      {trial_id, reward, metrics}: reward is a number, or with --objectives the list
+                 of objective values, each signed so that larger is better
   failed         {trial_id, status: failed | failed_with_nan | infeasible, reason}
   lost           {trial_id, attempt, reason}: the machine running an attempt went away (a Ray
                  worker or node died); the trial is pending again, to be retried
   interrupted    {trial_id, attempt, signal}: the search was stopped (Ctrl-C, SIGTERM) while
                  the attempt ran; the trial runs again, from its checkpoint, on resume. Readers
                  older than this event see the trial as running, which they re-run too.
+With early stopping (nascli/search/scheduler.py), a trial trains in rungs, one attempt each:
+  started        {trial_id, attempt, rung}: the rung the attempt trains to (0: the first)
+  rung           {trial_id, rung, step, reward, metrics}: the attempt trained to `step` and
+                 reported; metrics as `completed`'s plus step, resumed_from (the checkpoint
+                 step it started from), wall_s (the attempt's). The trial is `paused` until:
+  promoted       {trial_id, rung}: the scheduler lets it go on; it is pending again, for its
+                 next rung, from its checkpoint at `step`
+  stopped        {trial_id, rung, step, reward, metrics, reason}: the scheduler stopped it, a
+                 final state (not a failure), with its last rung's reward and metrics
+  The last rung ends as `completed` (its metrics with rung, step, resumed_from).
 Events of other kinds are kept in the log and ignored by `replay`, so newer writers can add
 informational events without breaking older readers.
 
@@ -49,7 +60,8 @@ JOURNAL_NAME = 'journal.jsonl'
 LOCK_NAME = '.lock'
 # Files and folders in JOB_DIR that the search derives from the journal; `--overwrite` removes
 # them together with the journal and the trial folders (named by integer trial ids).
-DERIVED_OUTPUTS = ('trials.json', 'trials.csv', 'search_progress.png', 'hparams')
+DERIVED_OUTPUTS = ('trials.json', 'trials.csv', 'search_progress.png', 'hparams', 'pareto.json',
+                   'pareto_front.png')
 
 PENDING = 'pending'
 RUNNING = 'running'
@@ -59,7 +71,10 @@ FAILED = 'failed'
 FAILED_WITH_NAN = 'failed_with_nan'
 INFEASIBLE = 'infeasible'
 FAILED_STATUSES = (FAILED, FAILED_WITH_NAN, INFEASIBLE)
-FINAL_STATUSES = (COMPLETED,) + FAILED_STATUSES
+# Early stopping: a trial the scheduler stopped (final), one awaiting its decision on a rung.
+STOPPED = 'stopped'
+PAUSED = 'paused'
+FINAL_STATUSES = (COMPLETED, STOPPED) + FAILED_STATUSES
 UNFINISHED_STATUSES = (PENDING, RUNNING, INTERRUPTED)
 
 _RESERVED_KEYS = ('seq', 'time')
@@ -601,8 +616,9 @@ def check_settings(job_dir: str | os.PathLike[str], settings: Mapping[str, Any],
 
   With `overwrite`, any old search is DELETED and a new one starts, even one with the same
   settings (KerasTuner's `overwrite=True`): journal.jsonl, every integer-named trial folder
-  ("1/", "2/", ...), trials.json, trials.csv, search_progress.png and hparams/. Other files in
-  `job_dir` are left alone. A gs:// job dir works the same, on objects (see GcsJournal).
+  ("1/", "2/", ...), trials.json, trials.csv, search_progress.png, hparams/, pareto.json and
+  pareto_front.png. Other files in `job_dir` are left alone. A gs:// job dir works the same,
+  on objects (see GcsJournal).
   nascli never deletes anything without --overwrite: a job dir that holds search outputs but
   no journal is refused too.
 
@@ -684,6 +700,9 @@ class JobState:
   proposals: dict[str, Proposal] = dataclasses.field(default_factory=dict)  # Proposal order.
   status: dict[str, str] = dataclasses.field(default_factory=dict)
   rewards: dict[str, float] = dataclasses.field(default_factory=dict)
+  # A multi-objective search journals a list reward: its sign-adjusted objective values (larger
+  # is better in each); `rewards` then holds the first of them.
+  reward_vectors: dict[str, tuple[float, ...]] = dataclasses.field(default_factory=dict)
   metrics: dict[str, dict[str, Any]] = dataclasses.field(default_factory=dict)
   attempts: dict[str, int] = dataclasses.field(default_factory=dict)  # Last attempt started.
   reasons: dict[str, str] = dataclasses.field(default_factory=dict)  # Why a trial failed.
@@ -693,6 +712,9 @@ class JobState:
   # appears at the place of its latest outcome.
   completion_order: list[str] = dataclasses.field(default_factory=list)
   losses: dict[str, int] = dataclasses.field(default_factory=dict)  # Attempts lost to infra.
+  # Early stopping: each trial's rung reports in order, {rung, step, reward, metrics, seq}; the
+  # next attempt of a trial trains to rung len(rungs[trial]).
+  rungs: dict[str, list[dict[str, Any]]] = dataclasses.field(default_factory=dict)
   last_seq: int = 0
 
   def trial_ids(self, *statuses: str) -> list[str]:
@@ -712,9 +734,11 @@ class JobState:
     return str(max((int(t) for t in self.proposals if t.isdigit()), default=0) + 1)
 
   def best(self) -> str | None:
-    """The completed trial with the highest reward (the earliest on a tie)."""
+    """The completed trial with the highest reward (the earliest on a tie); of a
+    multi-objective search, the lexicographic best of the reward vectors: the trial of the
+    front that is best in the first objective."""
     done = self.trial_ids(COMPLETED)
-    return max(done, key=lambda t: self.rewards[t]) if done else None
+    return max(done, key=lambda t: self.reward_vectors.get(t, (self.rewards[t],))) if done else None
 
 
 def replay(events: Iterable[Mapping[str, Any]]) -> JobState:
@@ -722,7 +746,8 @@ def replay(events: Iterable[Mapping[str, Any]]) -> JobState:
 
   pending -> running (started) -> completed | failed* | pending (lost) | interrupted; a
   failed, interrupted or still running (the driver was killed) trial may start again (a
-  retry); a completed trial is final.
+  retry); a completed trial is final. With early stopping, running -> paused (rung) -> pending
+  (promoted) | stopped, which is final too.
 
   Raises:
     InputError: an event breaks the rules (names its seq).
@@ -742,7 +767,8 @@ def replay(events: Iterable[Mapping[str, Any]]) -> JobState:
       state.settings = dict(event.get('settings') or {})
       state.fingerprint = event.get('fingerprint')
       continue
-    if kind not in ('proposed', 'started', 'completed', 'failed', 'lost', 'interrupted'):
+    if kind not in ('proposed', 'started', 'completed', 'failed', 'lost', 'interrupted',
+                    'rung', 'promoted', 'stopped'):
       continue  # Informational events from newer writers.
     if state.settings is None:
       raise bad('comes before search_started')
@@ -764,6 +790,17 @@ def replay(events: Iterable[Mapping[str, Any]]) -> JobState:
     current = state.status[trial]
     if current == COMPLETED:
       raise bad(f'changes trial {trial}, which already completed')
+    if current == STOPPED:
+      raise bad(f'changes trial {trial}, which the scheduler stopped')
+    if kind in ('rung', 'promoted', 'stopped') or current == PAUSED:
+      _replay_rung(state, event, trial, bad)
+      if kind != 'stopped':
+        continue
+    elif kind == 'started':
+      next_rung = len(state.rungs.get(trial, []))
+      if event.get('rung', next_rung) != next_rung:
+        raise bad(f'starts rung {event["rung"]!r} of trial {trial}, whose next rung is'
+                  f' {next_rung}')
     if kind == 'lost':
       if current != RUNNING:
         raise bad(f'loses trial {trial}, which is not running')
@@ -782,8 +819,14 @@ def replay(events: Iterable[Mapping[str, Any]]) -> JobState:
       state.attempts[trial] = int(event.get('attempt', state.attempts[trial] + 1))
       state.started_time[trial] = event.get('time')
       continue
-    if kind == 'completed':
+    if kind == 'stopped':
+      pass  # _replay_rung set its state; it is final, as below
+    elif kind == 'completed':
       reward = event.get('reward')
+      if isinstance(reward, list) and reward and all(
+          isinstance(r, (int, float)) and not isinstance(r, bool) for r in reward):
+        state.reward_vectors[trial] = tuple(float(r) for r in reward)
+        reward = reward[0]
       if isinstance(reward, bool) or not isinstance(reward, (int, float)):
         raise bad(f'has no numeric reward for trial {trial} (got {reward!r})')
       state.status[trial] = COMPLETED
@@ -801,3 +844,48 @@ def replay(events: Iterable[Mapping[str, Any]]) -> JobState:
       state.completion_order.remove(trial)
     state.completion_order.append(trial)
   return state
+
+
+def _numeric(value: Any) -> bool:
+  return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _replay_rung(state: JobState, event: Mapping[str, Any], trial: str,
+                 bad: Callable[[str], InputError]) -> None:
+  """A rung report or the scheduler's decision on it (nascli/search/scheduler.py): running ->
+  paused (rung) -> pending (promoted, for the next rung) | stopped (final)."""
+  kind, current = event.get('event'), state.status[trial]
+  reported = state.rungs.setdefault(trial, [])
+  if kind == 'rung':
+    if current != RUNNING:
+      raise bad(f'reports a rung of trial {trial}, which is not running')
+    if event.get('rung') != len(reported):
+      raise bad(f'reports rung {event.get("rung")!r} of trial {trial}, whose next rung is'
+                f' {len(reported)}')
+    if not _numeric(event.get('reward')) or not isinstance(event.get('step'), int):
+      raise bad(f'has no numeric reward and step for trial {trial}')
+    reported.append({'rung': event['rung'], 'step': event['step'],
+                     'reward': float(event['reward']),
+                     'metrics': dict(event.get('metrics') or {}), 'seq': event.get('seq')})
+    state.status[trial] = PAUSED
+    state.finished_time[trial] = event.get('time')  # the attempt's end, not the trial's
+    return
+  if current != PAUSED:
+    raise bad(f'decides on trial {trial}, which has no rung report awaiting a decision')
+  if kind not in ('promoted', 'stopped'):
+    raise bad(f'comes while trial {trial} awaits the scheduler\'s decision on rung'
+              f' {reported[-1]["rung"]}')
+  last = reported[-1]
+  if event.get('rung') != last['rung']:
+    raise bad(f'decides on rung {event.get("rung")!r} of trial {trial}, which reported rung'
+              f' {last["rung"]}')
+  if kind == 'promoted':
+    state.status[trial] = PENDING
+    return
+  reward = event.get('reward', last['reward'])
+  if not _numeric(reward):
+    raise bad(f'has no numeric reward for trial {trial} (got {reward!r})')
+  state.status[trial] = STOPPED
+  state.rewards[trial] = float(reward)
+  state.metrics[trial] = dict(event.get('metrics') or last['metrics'])
+  state.reasons[trial] = str(event.get('reason', ''))

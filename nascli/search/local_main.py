@@ -1,36 +1,21 @@
 """From `search_in_local`'s Vertex-style arguments to a LocalSearch, with the embedded defaults.
 
-With no data flags a search runs on an embedded data set (digits for mnasnet, shapes for
-spinenet), converted once into a cache folder, and the space's testing YAML, so
+With no data flags a search runs on its space's embedded data set (digits for mnasnet, shapes for
+spinenet: the `defaults` of its registration, tf_vision/search_spaces/registry.py), converted
+once into a cache folder, and the space's testing YAML, so
 `nascli search_in_local --prebuilt_search_space=mnasnet` works offline in minutes on a CPU.
 """
 
-import dataclasses
 import os
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from nascli.errors import NascliError
+from tf_vision.search_spaces import registry
 
 if TYPE_CHECKING:
   from nascli.search.search_loop import SearchArgs
 
-TEST_FILES = Path(__file__).resolve().parents[2] / "tf_vision" / "test_files"
-
-
-@dataclasses.dataclass(frozen=True)
-class EmbeddedDefault:
-  dataset: str
-  convert_options: dict[str, Any]
-  config_file: str
-
-
-DEFAULTS = {
-    "mnasnet": EmbeddedDefault("digits", {"image_size": 32},
-                               "fast_nas_classification_search_for_testing.yaml"),
-    "spinenet": EmbeddedDefault("shapes", {"image_size": 128, "num_samples": 256},
-                                "fast_nas_detection_spinenet_search_for_testing.yaml"),
-}
 # Vertex's --search_docker_flags keys and the field of the trials' RunSpec (nascli/run_spec.py)
 # each sets ("model" only checks; config_file adds one).
 DOCKER_FLAGS = {"params_override": "params_override",
@@ -53,7 +38,10 @@ def embedded_dataset(space: str) -> str:
   # pylint: disable=g-import-not-at-top
   from nascli.data.convert import ShardingOptions, convert
   from nascli.data.source import ConvertOptions
-  default = DEFAULTS[space]
+  default = registry.get_entry(space).defaults
+  if default is None:
+    raise NascliError(f"search space {space} has no embedded data set: give --dataset_dir or"
+                      " --training_data_path and --validation_data_path")
   suffix = "-".join(f"{k}{v}" for k, v in sorted(default.convert_options.items()))
   out = cache_dir() / f"{default.dataset}-{suffix}"
   convert(default.dataset, out, ConvertOptions(progress=False, **default.convert_options),
@@ -98,21 +86,19 @@ def run(args: "SearchArgs", docker_flags: list[str] | None = None,
   # pylint: disable=g-import-not-at-top
   from nascli.search import results, search_loop
   model = apply_docker_flags(args, list(docker_flags or []))
-  space = args.search_space
-  if model and not args.search_space_module:
-    from nascli.search.trial import binding_for
-    expected = binding_for(space).model
-    if model != expected:
-      raise NascliError(f"model={model} does not fit search space {space} (it builds a"
-                        f" {expected} model)")
-  if not args.search_space_module and space not in DEFAULTS:
-    from tf_vision import search_spaces
-    raise NascliError(f"unknown --prebuilt_search_space {space!r}; known:"
-                      f" {', '.join(search_spaces.known_search_spaces())}")
+  if args.search_space not in registry.known_search_spaces():
+    raise NascliError(f"unknown --prebuilt_search_space {args.search_space!r}; known:"
+                      f" {', '.join(registry.known_search_spaces())}")
+  # A module's space is imported and checked here, before a trial is started.
+  space = registry.resolve_search_space(args.search_space, args.search_space_module)
+  expected = space.require_binding().model
+  if model and model != expected:
+    raise NascliError(f"model={model} does not fit search space {space.name} (it builds a"
+                      f" {expected} model)")
   run = args.trial.run
   if not (run.data.training_data_path or run.data.validation_data_path or run.data.dataset_dir):
-    run.data.dataset_dir = embedded_dataset(space)
-  if not run.config_files and space in DEFAULTS:
-    run.config_files = [str(TEST_FILES / DEFAULTS[space].config_file)]
+    run.data.dataset_dir = embedded_dataset(space.name)
+  if not run.config_files and space.defaults is not None:
+    run.config_files = [space.defaults.config_path()]
   state = search_loop.SearchLoop(args, executor).run()
   return results.trial_rows(args.job_dir, state)

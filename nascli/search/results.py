@@ -35,9 +35,11 @@ from nascli.errors import NascliError
 from nascli.errors import StorageError
 from nascli.errors import StorageExistsError
 from nascli.errors import StorageNotFoundError
+from nascli.search import pareto as pareto_lib
 from nascli.search.journal import COMPLETED
 from nascli.search.journal import FAILED_STATUSES
 from nascli.search.journal import JobState
+from nascli.search.journal import STOPPED
 
 logger = logging.getLogger(__name__)
 
@@ -55,6 +57,17 @@ PROGRESS_PLOT = 'search_progress.png'
 HPARAMS_DIR = 'hparams'
 HPARAM_METRICS = ('reward', 'accuracy', 'latency_ms')
 ANALYSIS_NAME = 'model_analysis.json'
+# A multi-objective search (--objectives) adds, after `reward` (its first objective, larger
+# better): `pareto` (on the front; None unless completed) and `hypervolume` (the front's once
+# the trial completed), and writes these two files (nascli/search/pareto.py).
+PARETO_COLUMNS = ('pareto', 'hypervolume')
+# A search with early stopping (--early_stopping) adds, after `status`: `step`, the training
+# step its metrics were measured at (a stopped trial's last rung; train_steps when completed).
+EARLY_STOPPING_COLUMNS = ('step',)
+# Trials with a reward and metrics: completed, or stopped early with its last rung's.
+RESULT_STATUSES = (COMPLETED, STOPPED)
+PARETO_JSON = 'pareto.json'
+PARETO_PLOT = 'pareto_front.png'
 
 _TMP_SUFFIX = '.tmp'
 # A nas_params value: "<index>/<num_candidates> (<literal>)", the literal part optional.
@@ -75,7 +88,8 @@ def trial_rows(job_dir: str | os.PathLike[str], state: JobState) -> list[dict[st
   is the driver's measurement of the last attempt, else the journal's start-to-finish time.
   model_analysis.json is read only when the journal lacks a measurement (one object per trial
   less to fetch from gs://). `accuracy_metric` is what the trial recorded, else its search
-  space's metric.
+  space's metric. A trial the scheduler stopped (`stopped`) has the reward and measurements of
+  its last rung, as the journal's `stopped` event holds them.
   """
   job_dir = _job_dir(job_dir)
   space_metric = _space_metric((state.settings or {}).get('search_space'))
@@ -83,7 +97,7 @@ def trial_rows(job_dir: str | os.PathLike[str], state: JobState) -> list[dict[st
   for trial_id, proposal in state.proposals.items():
     status = state.status[trial_id]
     trial_dir = storage.join(job_dir, trial_id)
-    completed = status == COMPLETED
+    completed = status in RESULT_STATUSES
     journaled = state.metrics.get(trial_id, {}) if completed else {}
     analysis = None
     row: dict[str, Any] = {
@@ -109,23 +123,66 @@ def trial_rows(job_dir: str | os.PathLike[str], state: JobState) -> list[dict[st
     row['nas_params'] = dict(proposal.nas_params)
     row['trial_dir'] = trial_dir
     rows.append({key: row[key] for key in COLUMNS})
+  if has_early_stopping(state):
+    rows = [_with_step(row, state) for row in rows]
+  objectives = objectives_of(state)
+  if objectives:
+    rows = _with_front(rows, pareto_lib.front_of(rows, objectives, state.completion_order))
   return rows
 
 
+def has_early_stopping(state: JobState) -> bool:
+  """The search stops weak trials early (its settings name a scheduler other than none)."""
+  return ((state.settings or {}).get('scheduler') or {}).get('name', 'none') != 'none'
+
+
+def _with_step(row: dict[str, Any], state: JobState) -> dict[str, Any]:
+  """The row with EARLY_STOPPING_COLUMNS after `status`."""
+  trial_id = str(row['trial_id'])
+  step = (_number(state.metrics.get(trial_id, {}).get('step'))
+          if row['status'] in RESULT_STATUSES else None)
+  items = list(row.items())
+  at = list(row).index('status') + 1
+  return dict(items[:at] + [('step', step)] + items[at:])
+
+
+def objectives_of(state: JobState) -> tuple[pareto_lib.Objective, ...] | None:
+  """The search's --objectives, None for a search of the scalar reward."""
+  spec = (state.settings or {}).get('objectives')
+  return pareto_lib.parse_objectives(spec) if spec else None
+
+
+def _with_front(rows: list[dict[str, Any]], front: pareto_lib.Front) -> list[dict[str, Any]]:
+  """The rows with PARETO_COLUMNS after `reward`."""
+  out = []
+  for row in rows:
+    trial_id = str(row['trial_id'])
+    extra = {'pareto': front.on_front.get(trial_id),
+             'hypervolume': front.hypervolume_after.get(trial_id)}
+    items = list(row.items())
+    at = list(row).index('reward') + 1
+    out.append(dict(items[:at] + list(extra.items()) + items[at:]))
+  return out
+
+
 def _space_metric(space: Any) -> str | None:
-  """The metric a prebuilt search space's trials report as their accuracy."""
-  from nascli.search import trial  # pylint: disable=g-import-not-at-top
+  """The metric a prebuilt search space's trials report as their accuracy (a module's space
+  is not imported for a fallback: its trials record their metric)."""
+  from tf_vision.search_spaces import registry  # pylint: disable=g-import-not-at-top
   try:
-    return trial.binding_for(space).metric if isinstance(space, str) else None
+    binding = registry.get_entry(space).binding if isinstance(space, str) else None
   except NascliError:
     return None
+  return binding.metric if binding else None
 
 
 def sort_by_reward(rows: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
-  """Best reward first; trials without a reward after them, all ties in trial order."""
+  """Best reward first; trials without a reward after them, all ties in trial order. Trials
+  stopped early come after the completed ones: a partial budget's reward is no rival."""
   rows = [dict(r) for r in rows]
   rewarded = [r for r in rows if r.get('reward') is not None]
-  rewarded.sort(key=lambda r: -r['reward'])  # A stable sort keeps trial order on ties.
+  # A stable sort keeps trial order on ties.
+  rewarded.sort(key=lambda r: (r.get('status') == STOPPED, -r['reward']))
   return rewarded + [r for r in rows if r.get('reward') is None]
 
 
@@ -203,10 +260,11 @@ def write_tables(job_dir: str | os.PathLike[str], rows: Sequence[Mapping[str, An
   text = json.dumps([dict(r) for r in rows], indent=2, allow_nan=False) + '\n'
   _atomic_write(storage.join(job_dir, TABLE_JSON), text.encode('utf-8'), 'application/json')
   buffer = io.StringIO()
-  writer = csv.DictWriter(buffer, fieldnames=COLUMNS, lineterminator='\n')
+  columns = tuple(rows[0]) if rows else COLUMNS  # with PARETO_COLUMNS in a multi-objective job
+  writer = csv.DictWriter(buffer, fieldnames=columns, lineterminator='\n')
   writer.writeheader()
   for row in rows:
-    writer.writerow({key: _csv_cell(row.get(key)) for key in COLUMNS})
+    writer.writerow({key: _csv_cell(row.get(key)) for key in columns})
   _atomic_write(storage.join(job_dir, TABLE_CSV), buffer.getvalue().encode('utf-8'),
                 'text/csv; charset=utf-8')
 
@@ -221,7 +279,8 @@ def _trial_numbers(rows: Sequence[Mapping[str, Any]]) -> list[int]:
 
 def write_progress_plot(job_dir: str | os.PathLike[str],
                         rows: Sequence[Mapping[str, Any]]) -> None:
-  """`search_progress.png`: each completed trial's reward, the best so far, failed trials."""
+  """`search_progress.png`: each completed trial's reward, the best so far, failed trials, and
+  trials stopped early at their last rung's reward (hollow, not in the best so far)."""
   # pylint: disable=g-import-not-at-top
   # Figure + the Agg canvas directly, not pyplot: no global backend switch, no GUI, no state
   # shared with whoever else in the process plots.
@@ -234,6 +293,8 @@ def write_progress_plot(job_dir: str | os.PathLike[str],
   done = [(x, r['reward']) for x, r in zip(xs, rows)
           if r['status'] == COMPLETED and r.get('reward') is not None]
   failed = [x for x, r in zip(xs, rows) if r['status'] in FAILED_STATUSES]
+  stopped = [(x, r['reward']) for x, r in zip(xs, rows)
+             if r['status'] == STOPPED and r.get('reward') is not None]
 
   fig = Figure(figsize=(8, 4.5), dpi=100)
   FigureCanvasAgg(fig)
@@ -247,7 +308,7 @@ def write_progress_plot(job_dir: str | os.PathLike[str],
       best = max(best, y)
       step_x.append(x)
       step_y.append(best)
-    last = max([x for x, _ in done] + failed)
+    last = max([x for x, _ in done + stopped] + failed)
     if last > step_x[-1]:  # Carry the best on to the latest finished trial.
       step_x.append(last)
       step_y.append(step_y[-1])
@@ -259,21 +320,44 @@ def write_progress_plot(job_dir: str | os.PathLike[str],
     ax.text(0.5, 0.5, 'no completed trial yet', transform=ax.transAxes, ha='center',
             va='center', color='gray')
     title = f'{name}: no completed trial yet'
+  if stopped:
+    sx, sy = zip(*stopped)
+    ax.scatter(sx, sy, s=22, facecolors='none', edgecolors='tab:gray', zorder=3,
+               label=f'stopped early ({len(stopped)}): last rung')
   if failed:
     # Failed trials have no reward: mark them along the bottom edge at their trial number.
     ax.scatter(failed, [0.03] * len(failed), transform=ax.get_xaxis_transform(), marker='x',
                color='tab:red', zorder=3, clip_on=False, label=f'failed ({len(failed)})')
-  ax.set_title(f'{title}, {len(done)} completed, {len(failed)} failed', fontsize=10)
+  counts = f'{len(done)} completed' + (f', {len(stopped)} stopped' if stopped else '')
+  ax.set_title(f'{title}, {counts}, {len(failed)} failed', fontsize=10)
   ax.set_xlabel('trial')
   ax.set_ylabel('reward')
   ax.xaxis.set_major_locator(MaxNLocator(integer=True))
   ax.grid(alpha=0.3)
-  if done or failed:
+  if done or failed or stopped:
     ax.legend(loc='lower right', fontsize=8)
   fig.tight_layout()
   buffer = io.BytesIO()
   fig.savefig(buffer, format='png')
   _atomic_write(storage.join(job_dir, PROGRESS_PLOT), buffer.getvalue(), 'image/png')
+
+
+def write_pareto(job_dir: str | os.PathLike[str], state: JobState,
+                 rows: Sequence[Mapping[str, Any]]) -> pareto_lib.Front | None:
+  """`pareto.json` and `pareto_front.png` of a multi-objective search; None (nothing written)
+  for a search of the scalar reward."""
+  objectives = objectives_of(state)
+  if not objectives:
+    return None
+  job_dir = os.fspath(job_dir)
+  _remove_leftovers(job_dir, PARETO_JSON, PARETO_PLOT)
+  front = pareto_lib.front_of(rows, objectives, state.completion_order)
+  text = json.dumps(front.summary(), indent=2, allow_nan=False) + '\n'
+  _atomic_write(storage.join(job_dir, PARETO_JSON), text.encode('utf-8'), 'application/json')
+  target = _number(((state.settings or {}).get('trial') or {}).get('target_device_latency_ms'))
+  png = pareto_lib.plot_png(rows, front, _job_dir(job_dir).rsplit('/', 1)[-1], target)
+  _atomic_write(storage.join(job_dir, PARETO_PLOT), png, 'image/png')
+  return front
 
 
 # --------------------------------------------------------------------------- HParams
@@ -416,7 +500,7 @@ def _write_run(root: str, name: str, summaries: Sequence[Any]) -> bool:
 
 def write_hparams(job_dir: str | os.PathLike[str], rows: Sequence[Mapping[str, Any]],
                   decision_keys: Sequence[str] | Mapping[str, Sequence[str]],
-                  written: set[str] | None = None) -> set[str]:
+                  written: set[str] | None = None, early_stopping: bool = False) -> set[str]:
   """TensorBoard HParams of the search, in the shape of Optuna's TensorBoardCallback.
 
   `JOB_DIR/hparams/` holds the experiment config (every decision as a string hparam; metrics
@@ -433,6 +517,9 @@ def write_hparams(job_dir: str | os.PathLike[str], rows: Sequence[Mapping[str, A
       With keys only, a domain is left open: one made of the values seen so far would hide
       later trials that use other values in TensorBoard.
     written: Trial ids already written, kept by the caller across calls; updated in place.
+    early_stopping: The search stops trials early: trials it stopped get runs too, with their
+      last rung's metrics, and every run has a `status` hparam (completed or stopped, to
+      filter by) and the `step` its metrics were measured at.
 
   Returns:
     The trial ids whose runs exist now (`written`, updated).
@@ -447,26 +534,31 @@ def write_hparams(job_dir: str | os.PathLike[str], rows: Sequence[Mapping[str, A
   _remove_leftovers(root)
   written = set() if written is None else written
 
+  statuses = RESULT_STATUSES if early_stopping else (COMPLETED,)
+  metrics = HPARAM_METRICS + (EARLY_STOPPING_COLUMNS if early_stopping else ())
   if not _has_event_file(root):
     domains = _hparam_domains(decision_keys, rows)
-    config = hp.hparams_config_pb(
-        hparams=[hp.HParam(key, hp.Discrete(values) if values else None)
-                 for key, values in domains.items()],
-        metrics=[hp.Metric(name) for name in HPARAM_METRICS])
+    hparams = [hp.HParam(key, hp.Discrete(values) if values else None)
+               for key, values in domains.items()]
+    if early_stopping:
+      hparams.append(hp.HParam('status', hp.Discrete(list(statuses))))
+    config = hp.hparams_config_pb(hparams=hparams, metrics=[hp.Metric(name) for name in metrics])
     now = time.time()
     _atomic_write(storage.join(root, _event_file_name(now)), _event_file_bytes([config], now),
                   'application/octet-stream')
 
   for row in rows:
     trial_id = str(row['trial_id'])
-    if row['status'] != COMPLETED or row.get('reward') is None or trial_id in written:
+    if row['status'] not in statuses or row.get('reward') is None or trial_id in written:
       continue
     name = run_name(trial_id)
     if not storage.exists(storage.join(root, name)):
       values = {str(k): hparam_value(v) for k, v in (row.get('nas_params') or {}).items()}
+      if early_stopping:
+        values['status'] = row['status']
       summaries = [hp.hparams_pb(values, trial_id=trial_id)]
       summaries += [scalar_summary.scalar_pb(metric, row[metric])
-                    for metric in HPARAM_METRICS if row.get(metric) is not None]
+                    for metric in metrics if row.get(metric) is not None]
       _write_run(root, name, summaries)
     written.add(trial_id)
   return written
@@ -479,5 +571,6 @@ def update_all(job_dir: str | os.PathLike[str], state: JobState,
   rows = trial_rows(job_dir, state)
   write_tables(job_dir, rows)
   write_progress_plot(job_dir, rows)
-  write_hparams(job_dir, rows, decision_keys, written)
+  write_pareto(job_dir, state, rows)
+  write_hparams(job_dir, rows, decision_keys, written, early_stopping=has_early_stopping(state))
   return rows

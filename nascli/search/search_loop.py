@@ -5,6 +5,9 @@ attempts through an executor (warm workers on this machine, or on Ray actors), w
 any to end, records the outcome and feeds the reward back. Resume = replay the journal:
 completed trials stay, interrupted ones run again with their architecture, the controller is
 rebuilt. An attempt lost with its machine is journaled and retried, up to `max_trial_retries`.
+With early stopping (`--early_stopping`, scheduler.py) an attempt trains to a rung and reports:
+the driver journals the report, then the scheduler's decision (promoted: the trial runs its
+next rung next; stopped: final, and the controller gets its last rung's reward).
 
 Ctrl-C or SIGTERM (nascli.interrupts) stops the search at once but cleanly: the driver passes the
 signal on to the running trials, waits for them to record `interrupted` (it marks any that
@@ -38,7 +41,9 @@ from nascli.run_spec import TrialSettings
 from nascli.search import controller as controller_lib
 from nascli.search import executors
 from nascli.search import journal as journal_lib
+from nascli.search import pareto as pareto_lib
 from nascli.search import reward as reward_lib
+from nascli.search import scheduler as scheduler_lib
 from nascli.search import trial as trial_lib
 from nascli.search import warm_workers
 from nascli.search import workspace as workspace_lib
@@ -59,7 +64,7 @@ class SearchArgs:
   job_dir: str
   search_space: str = "mnasnet"
   search_space_module: str | None = None
-  search_algorithm: str = "random"
+  search_algorithm: str = "tpe"  # search_flags.DEFAULT_ALGORITHM (tests assert they agree)
   max_nas_trial: int = 4
   max_parallel_nas_trial: int = 1
   max_failed_nas_trial: int | None = None
@@ -69,6 +74,12 @@ class SearchArgs:
   trial_isolation: str = "worker"  # executors.local_executor: warm workers, or a process each
   max_trials_per_worker: int = 10
   export_top_k: int = 3  # SavedModels of the best trials, at the end
+  # --objectives ["accuracy:max", "latency_ms:min"] (nascli/search/pareto.py): a Pareto front;
+  # None: the scalar MnasNet reward.
+  objectives: list[str] | None = None
+  # --early_stopping, --min_steps, --reduction_factor (nascli/search/scheduler.py).
+  scheduler: scheduler_lib.SchedulerSettings = dataclasses.field(
+      default_factory=scheduler_lib.SchedulerSettings)
   trial: TrialSettings = dataclasses.field(default_factory=TrialSettings)
 
   @property
@@ -82,6 +93,11 @@ class SearchArgs:
     data = dataclasses.asdict(dataclasses.replace(self, trial=self.trial.with_absolute_paths()))
     for key in ("job_dir", "overwrite"):
       del data[key]
+    # Left out at their defaults, so that searches begun before they existed still resume.
+    if not self.scheduler.early_stopping:
+      del data["scheduler"]
+    if self.objectives is None:
+      del data["objectives"]
     return data
 
 
@@ -104,8 +120,13 @@ class SearchLoop:
         max_trials_per_worker=args.max_trials_per_worker)
     reward_lib.check(args.trial.latency_constraint, args.trial.target_device_latency_ms,
                      args.trial.latency_weight)
+    self.objectives = pareto_lib.parse_objectives(args.objectives) if args.objectives else None
+    self.num_objectives = len(self.objectives) if self.objectives else 1
+    controller_lib.check_objectives(args.search_algorithm, self.num_objectives)
     if args.max_nas_trial < 1 or args.max_parallel_nas_trial < 1:
       raise NascliError("--max_nas_trial and --max_parallel_nas_trial must be at least 1")
+    _check_scheduler(args)
+    self.scheduler = scheduler_lib.make(args.scheduler)
     self.max_failed = (args.max_failed_nas_trial if args.max_failed_nas_trial is not None
                        else args.max_nas_trial)
     self.journal = journal_lib.journal_for(args.job_dir)
@@ -126,15 +147,15 @@ class SearchLoop:
     from nascli import frameworks
     frameworks.load()  # the controller decodes architectures with Model Garden's search spaces
     from tf_vision import search_spaces
-    self.space_name = args.search_space
-    if args.search_space_module:
-      self.space = search_spaces.load_user_search_space(args.search_space_module)
-    else:
-      self.space = search_spaces.get_search_space(args.search_space)
+    # The trials resolve the same pair (their TrialSpec carries it) and decode against it.
+    entry = search_spaces.resolve_search_space(args.search_space, args.search_space_module)
+    self.space_name = entry.name
+    self.space = entry.build()
     # Settings errors surface before anything is written: a job dir recorded with a bad setting
     # would refuse the corrected command as "other settings".
-    controller_lib.make_algorithm(args.search_algorithm, args.seed, **args.algorithm_options)
-    self.metric = trial_lib.binding_for(self.space_name).metric  # what `accuracy` is
+    controller_lib.make_algorithm(args.search_algorithm, args.seed, self.num_objectives,
+                                  **args.algorithm_options)
+    self.metric = entry.require_binding().metric  # what `accuracy` is
     self._hparams_written: set[str] = set()
     self._running: dict[str, _Running] = {}  # attempts started, until their outcome is recorded
     self._ctl: controller_lib.Controller | None = None
@@ -143,18 +164,34 @@ class SearchLoop:
     # Every candidate of every decision, so TensorBoard's HParams view hides no trial.
     self.decision_domains = results.decision_domains(self.space)
 
-  def _spec(self, proposal: journal_lib.Proposal) -> TrialSpec:
+  def _spec(self, proposal: journal_lib.Proposal,
+            rung: trial_lib.RungSpec | None = None) -> TrialSpec:
     return TrialSpec(
         job_dir=os.path.abspath(self.work_dir), trial_id=proposal.trial_id,
-        search_space=self.space_name, nas_params=proposal.nas_params,
-        trial=self.args.trial.with_absolute_paths(), spawned_at=time.time())
+        search_space=self.args.search_space, nas_params=proposal.nas_params,
+        trial=self.args.trial.with_absolute_paths(), spawned_at=time.time(),
+        search_space_module=self.args.search_space_module, rung=rung)
+
+  def _rung_spec(self, state: journal_lib.JobState, trial_id: str) -> trial_lib.RungSpec | None:
+    """The rung the trial's next attempt trains to, with what its first rung measured."""
+    if not self.scheduler.early_stopping:
+      return None
+    reported = state.rungs.get(trial_id, [])
+    first = reported[0]["metrics"] if reported else {}
+    measured = {k: first.get(k) for k in _CARRIED}
+    settings = self.args.scheduler
+    return trial_lib.RungSpec(
+        rung=len(reported), min_steps=settings.min_steps,
+        reduction_factor=settings.reduction_factor,
+        measured=measured if all(v is not None for v in measured.values()) else {})
 
   def _start(self, state: journal_lib.JobState, trial_id: str, slot: Any) -> _Running:
     proposal = state.proposals[trial_id]
     trial_dir = os.path.join(self.work_dir, trial_id)
     os.makedirs(trial_dir, exist_ok=True)
     spec_path = os.path.join(trial_dir, "trial_spec.json")
-    trial_lib.write_spec(spec_path, self._spec(proposal))
+    rung = self._rung_spec(state, trial_id)
+    trial_lib.write_spec(spec_path, self._spec(proposal, rung))
     stale = os.path.join(trial_dir, "job_status.json")
     if os.path.exists(stale):
       os.remove(stale)  # From an interrupted attempt: this attempt writes its own.
@@ -163,13 +200,15 @@ class SearchLoop:
                                  publish_to=self.workspace.remote_trial_dir(trial_id))
     run = self._running[trial_id] = _Running(trial_id, handle, slot, time.monotonic())
     self.journal.append({"event": "started", "trial_id": trial_id,
-                         "attempt": state.attempts.get(trial_id, 0) + 1})
+                         "attempt": state.attempts.get(trial_id, 0) + 1,
+                         **({"rung": rung.rung} if rung else {})})
     run.journaled = True
     return run
 
   def _finish(self, run: _Running, outcome: executors.Outcome, ctl: controller_lib.Controller,
               state: journal_lib.JobState) -> bool:
-    """Journals how the attempt ended; True when the trial must run again (attempt lost)."""
+    """Journals how the attempt ended; True when the trial must run again (attempt lost, or
+    promoted to its next rung)."""
     if outcome.lost is not None:
       self.journal.append({"event": "lost", "trial_id": run.trial_id,
                            "attempt": state.attempts.get(run.trial_id, 1),
@@ -189,6 +228,10 @@ class SearchLoop:
     from tf_vision import job_status  # pylint: disable=g-import-not-at-top
     status = job_status.read(trial_dir) or {}
     analysis_path = os.path.join(trial_dir, "model_analysis.json")
+    if (self.scheduler.early_stopping and outcome.returncode == 0
+        and status.get("status") == trial_lib.PAUSED and os.path.exists(analysis_path)):
+      with open(analysis_path, encoding="utf-8") as f:
+        return self._rung_reported(run, json.load(f), ctl)
     if outcome.returncode == 0 and status.get("status") == "completed" and os.path.exists(
         analysis_path):
       with open(analysis_path, encoding="utf-8") as f:
@@ -199,10 +242,23 @@ class SearchLoop:
       # what its accuracy is (top-1 accuracy, COCO AP, ...).
       metrics["wall_s"] = round(time.monotonic() - run.started, 3)
       metrics["accuracy_metric"] = analysis.get("accuracy_metric", self.metric)
+      metrics.update(self._rung_metrics(analysis))
+      reward = analysis["reward"]
+      if self.objectives:  # the objective values, larger better in each: [accuracy, -latency_ms]
+        values = pareto_lib.signed_values(self.objectives, metrics)
+        if values is None:
+          self._record(run.trial_id, {
+              "event": "failed", "trial_id": run.trial_id, "status": journal_lib.FAILED,
+              "reason": "--objectives: the trial measured no"
+                        f" {', '.join(pareto_lib.missing_metrics(self.objectives, metrics))}"},
+                       published=outcome.published)
+          return False
+        reward = list(values)
       self._record(run.trial_id, {"event": "completed", "trial_id": run.trial_id,
-                                  "reward": analysis["reward"], "metrics": metrics},
+                                  "reward": reward, "metrics": metrics},
                    published=outcome.published)
-      ctl.feedback(state.proposals[run.trial_id].dna, analysis["reward"])
+      ctl.feedback(state.proposals[run.trial_id].dna,
+                   tuple(reward) if isinstance(reward, list) else reward)
       return False
     else:
       kind = status.get("status") if status.get("status") in journal_lib.FAILED_STATUSES else (
@@ -224,6 +280,58 @@ class SearchLoop:
     self.journal.append(event)
     self.workspace.recorded(trial_id)
 
+  def _rung_metrics(self, analysis: dict[str, Any]) -> dict[str, Any]:
+    """With early stopping, where an attempt's metrics were measured: its rung, the step it
+    trained to and the checkpoint step it resumed from (the compute it spent)."""
+    if not self.scheduler.early_stopping:
+      return {}
+    return {k: analysis.get(k) for k in ("rung", "step", "resumed_from")}
+
+  def _rung_reported(self, run: _Running, analysis: dict[str, Any],
+                     ctl: controller_lib.Controller) -> bool:
+    """Journals an attempt's rung report, then the scheduler's decision; True: promoted."""
+    metrics = {k: analysis.get(k) for k in _MEASURED}
+    metrics.update(wall_s=round(time.monotonic() - run.started, 3),
+                   accuracy_metric=analysis.get("accuracy_metric", self.metric),
+                   **self._rung_metrics(analysis))
+    self.journal.check_writer()
+    self.journal.append({"event": scheduler_lib.RUNG, "trial_id": run.trial_id,
+                         "rung": analysis["rung"], "step": analysis["step"],
+                         "reward": analysis["reward"], "metrics": metrics})
+    events = self.journal.events()
+    every = scheduler_lib.reports(events)
+    report = next(r for r in reversed(every) if r.trial_id == run.trial_id)
+    return self._decided(report, scheduler_lib.decide(self.scheduler, every, report), ctl)
+
+  def _decided(self, report: scheduler_lib.Report, go_on: bool,
+               ctl: controller_lib.Controller) -> bool:
+    """Journals the scheduler's decision on a rung report; a stopped trial is final and the
+    controller gets its last rung's reward then (as Ray Tune gives a searcher a stopped
+    trial's last result), so a rebuilt controller replays it at the same place."""
+    if go_on:
+      self.journal.append({"event": scheduler_lib.PROMOTED, "trial_id": report.trial_id,
+                           "rung": report.rung})
+      return True
+    state = journal_lib.replay(self.journal.events())
+    last = state.rungs[report.trial_id][-1]
+    reason = (f"--early_stopping {self.args.scheduler.name} stopped it at rung {report.rung}"
+              f" (step {report.step}, reward {report.reward:.4g})")
+    trial_lib.mark_stopped(os.path.join(self.work_dir, report.trial_id), reason)
+    self._record(report.trial_id, {
+        "event": scheduler_lib.STOPPED, "trial_id": report.trial_id, "rung": report.rung,
+        "step": report.step, "reward": report.reward, "metrics": last["metrics"],
+        "reason": reason})
+    ctl.feedback(state.proposals[report.trial_id].dna, report.reward)
+    return False
+
+  def _decide_owed(self, ctl: controller_lib.Controller) -> int:
+    """On resume: the decisions on rung reports a killed driver journaled none for, made now
+    from the same reports, in journal order; returns how many."""
+    owed = scheduler_lib.owed(self.scheduler, self.journal.events())
+    for report, go_on in owed:
+      self._decided(report, go_on, ctl)
+    return len(owed)
+
   def _title(self, state: journal_lib.JobState) -> str:
     return (f"search {self.args.job_dir}: {self.space_name}, {self.args.search_algorithm},"
             f" best trial {state.best() or '-'}")
@@ -237,7 +345,7 @@ class SearchLoop:
     for tid in state.trial_ids():
       metrics = state.metrics.get(tid, {})
       r = state.rewards.get(tid)
-      if r is not None:
+      if r is not None and state.status[tid] != journal_lib.STOPPED:  # a partial budget's
         best_so_far = r if best_so_far is None else max(best_so_far, r)
       shown = "running" if tid in running else state.status[tid]
       table.add_row(tid, shown, _fmt(metrics.get("accuracy")), _fmt(metrics.get("latency_ms")),
@@ -315,7 +423,10 @@ class SearchLoop:
     events = self.journal.events()
     self.workspace.prepare(events)
     ctl = self._ctl = controller_lib.Controller.rebuild(
-        self.space, a.search_algorithm, a.seed, events, **a.algorithm_options)
+        self.space, a.search_algorithm, a.seed, events, num_objectives=self.num_objectives,
+        **a.algorithm_options)
+    if self._decide_owed(ctl):  # rung reports a killed driver made no decision on
+      events = self.journal.events()
     state = journal_lib.replay(events)
     queue = state.unfinished()  # Interrupted trials run again first, same architecture.
     if queue:
@@ -404,7 +515,7 @@ class SearchLoop:
       if status in journal_lib.FINAL_STATUSES:
         continue  # recorded just before the signal
       outcome = self.executor.poll(run.handle)
-      if outcome is not None and outcome.returncode != 0 and trial_lib.completed(trial_dir):
+      if outcome is not None and outcome.returncode != 0 and trial_lib.reported(trial_dir):
         # A cancelled Ray task reports an error even when its trial ran to its end.
         outcome = executors.Outcome(returncode=0)
       if (run.journaled and status == journal_lib.RUNNING and outcome is not None
@@ -443,6 +554,18 @@ class SearchLoop:
     else:
       rerun = f"trials {', '.join(stopped)} run again first, from their last checkpoints"
     return f"{what}, {at})", f"{again} to resume ({rerun})"
+
+
+# What an attempt measured, as `completed` records it; what a later rung reuses of its first.
+_MEASURED = ("accuracy", "latency_ms", "flops", "params", "seconds")
+_CARRIED = ("latency_ms", "params", "flops")
+
+
+def _check_scheduler(args: SearchArgs) -> None:
+  s = args.scheduler
+  scheduler_lib.check(s.name, s.min_steps if s.early_stopping else None,
+                      s.reduction_factor if s.early_stopping else None,
+                      multi_objective=bool(args.objectives))
 
 
 class _Progress:
@@ -545,6 +668,10 @@ def _fmt(value) -> str:
 def _trial_line(state: journal_lib.JobState, trial_id: str, metric: str = "accuracy") -> str:
   m = state.metrics.get(trial_id, {})
   status = state.status[trial_id]
+  if status == journal_lib.PENDING and state.rungs.get(trial_id):  # promoted
+    last = state.rungs[trial_id][-1]
+    return (f"trial {trial_id}: rung {last['rung']} (step {last['step']}): reward"
+            f" {_fmt(last['reward'])}, promoted")
   if status != journal_lib.COMPLETED:
     return f"trial {trial_id}: {status}: {state.reasons.get(trial_id, '')}"
   return (f"trial {trial_id}: reward {_fmt(state.rewards[trial_id])},"

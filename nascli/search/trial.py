@@ -7,6 +7,12 @@ of memory or hangs cannot take the search down, and each can be pinned to one GP
 CUDA_VISIBLE_DEVICES. The outcome is in the trial directory:
 `model_analysis.json` and `job_status.json` (completed / failed / failed_with_nan /
 interrupted: the driver passed on a Ctrl-C or SIGTERM, and the trial runs again on resume).
+
+With early stopping (`TrialSpec.rung`, nascli/search/scheduler.py) an attempt trains only to its
+rung's step, resuming from the trial's checkpoint, and reports there: model_analysis.json with
+that rung's metrics and job_status.json `paused` (`completed` at the last rung, the full budget).
+Latency, params and FLOPs are measured at the first rung and carried on (the driver passes the
+journal's values): they do not change with training, and the reward needs the latency.
 """
 
 import dataclasses
@@ -26,9 +32,30 @@ from nascli import storage
 from nascli.errors import NascliError
 from nascli.run_spec import Architecture, TrialSettings, from_dict
 
+# job_status.json of an attempt that reported a rung (tf_vision.train_lib.PAUSED), and of a
+# trial the scheduler then stopped (written by the driver).
+PAUSED = "paused"
+STOPPED = "stopped"
 # Tests only: the trial with this id kills its own process (os.abort) as it starts.
 ABORT_HOOK = "NASCLI_TEST_ABORT_TRIAL"
 _CHECKPOINT_PATH = re.compile(r'^model_checkpoint_path:\s*"[^"]*?(\d+)"\s*$', re.M)
+
+
+@dataclasses.dataclass
+class RungSpec:
+  """Early stopping: the rung an attempt trains to (0: the first), and the ladder's settings
+  (scheduler.rung_steps: the steps depend on the trial's train_steps, known once its config is
+  built)."""
+  rung: int
+  min_steps: int | None  # None: train_steps // reduction_factor**2
+  reduction_factor: int
+  # latency_ms, params, flops of the trial's first rung (from the journal), once reported.
+  measured: dict[str, Any] = dataclasses.field(default_factory=dict)
+
+  def step(self, train_steps: int) -> int:
+    from nascli.search import scheduler  # pylint: disable=g-import-not-at-top
+    steps = scheduler.rung_steps(self.min_steps, self.reduction_factor, train_steps)
+    return steps[min(self.rung, len(steps) - 1)]
 
 
 @dataclasses.dataclass
@@ -38,10 +65,13 @@ class TrialSpec:
   runs)."""
   job_dir: str
   trial_id: str
-  search_space: str
+  search_space: str  # --prebuilt_search_space (with a module: the space it may be based on)
   nas_params: dict[str, str]
   trial: TrialSettings = dataclasses.field(default_factory=TrialSettings)
   spawned_at: float | None = None  # time.time() when the driver asked for the attempt
+  # --search_space_module: the trial imports it and decodes nas_params against its space.
+  search_space_module: str | None = None
+  rung: RungSpec | None = None  # early stopping; None: the whole budget in one attempt
 
   @property
   def trial_dir(self) -> str:
@@ -51,49 +81,15 @@ class TrialSpec:
     """The nascli.training.TrainArgs this trial trains with: the search's run, this
     architecture, into the trial dir."""
     from nascli import training  # pylint: disable=g-import-not-at-top
-    run = dataclasses.replace(self.trial.run,
-                              architecture=Architecture(self.search_space, self.nas_params))
-    return training.TrainArgs(run=run, model_dir=self.trial_dir, keep_model=True)
+    run = dataclasses.replace(self.trial.run, architecture=Architecture(
+        self.search_space, self.nas_params, self.search_space_module))
+    return training.TrainArgs(run=run, model_dir=self.trial_dir, keep_model=True,
+                              stop_at=self.rung.step if self.rung else None)
 
-
-@dataclasses.dataclass(frozen=True)
-class SpaceBinding:
-  """How a search space's architectures become a Model Garden model."""
-  model: str  # --model of `nascli train`
-  experiment: str
-  backbone_type: str
-  metric: str  # the eval metric that is the trial's accuracy
-
-
-_BINDINGS: dict[str, SpaceBinding] = {}
-
-
-def register_binding(space: str, binding: SpaceBinding) -> None:
-  _BINDINGS[space] = binding
-
-
-register_binding("mnasnet", SpaceBinding("classification", "nas_classification_tunable_mnasnet",
-                                         "tunable_mnasnet", "accuracy"))
-register_binding("spinenet", SpaceBinding("retinanet", "nas_retinanet_tunable_spinenet",
-                                          "tunable_spinenet", "AP"))
-
-
-def known_spaces() -> list[str]:
-  """The spaces a trial (and stage 2) can build a model for."""
-  return sorted(_BINDINGS)
-
-
-def binding_for(space: str) -> SpaceBinding:
-  if space not in _BINDINGS:
-    raise NascliError(f"search space {space!r} has no model binding; known:"
-                      f" {', '.join(sorted(_BINDINGS))}")
-  return _BINDINGS[space]
-
-
-def backbone_override(binding: SpaceBinding, block_specs: list[dict]) -> dict[str, Any]:
-  return {"task": {"model": {"backbone": {
-      "type": binding.backbone_type,
-      binding.backbone_type: {"block_specs_json": json.dumps(block_specs)}}}}}
+  def space(self) -> Any:
+    """The registry entry of the trial's space (its module imported and registered first)."""
+    from tf_vision import search_spaces  # pylint: disable=g-import-not-at-top
+    return search_spaces.resolve_search_space(self.search_space, self.search_space_module)
 
 
 def _write_json(path: str, data: dict) -> None:
@@ -147,7 +143,7 @@ def run(spec: TrialSpec, ready: float | None = None) -> dict:
   from tf_vision import job_status
   from tf_vision import model_analysis
   from tf_vision.serving import export_lib, latency
-  binding = binding_for(spec.search_space)
+  binding = spec.space().require_binding()
   settings = spec.trial
   ready = time.time() if ready is None else ready
   os.makedirs(spec.trial_dir, exist_ok=True)
@@ -162,23 +158,32 @@ def run(spec: TrialSpec, ready: float | None = None) -> dict:
 
   result = training.train(spec.train_args())
   lap("train")
+  final = result.get("status", job_status.COMPLETED) == job_status.COMPLETED
   metrics = result["eval_metrics"]
   if binding.metric not in metrics:
     raise NascliError(f"trial {spec.trial_id}: evaluation gave no {binding.metric!r}")
   accuracy = metrics[binding.metric]
   params, model = result.pop("params"), result.pop("model")
-  if settings.export_every_trial:
+  if settings.export_every_trial and final:
     import tensorflow as tf  # pylint: disable=g-import-not-at-top
     export_lib.export(params, tf.train.latest_checkpoint(spec.trial_dir),
                       os.path.join(spec.trial_dir, "export"), input_type="image_tensor",
                       overwrite=True)
     lap("export")
-  latency_report = latency.measure_model_latency(params, model, batch_sizes=(1,),
-                                                 runs=settings.latency_runs)
-  latency_ms = latency_report["batch"]["1"]["median_ms"]
-  lap("latency")
-  num_params, flops = model_analysis.model_size(model, list(params.task.model.input_size))
-  lap("analysis")
+  measured = spec.rung.measured if spec.rung else {}
+  if measured:  # a later rung: measured at the first
+    latency_report = {"measured_on": "the model of the trial's first rung"}
+    latency_ms, num_params, flops = (measured["latency_ms"], measured["params"],
+                                     measured["flops"])
+    phases.update(latency=0.0, analysis=0.0)
+  else:
+    latency_report = latency.measure_model_latency(params, model, batch_sizes=(1,),
+                                                   runs=settings.latency_runs)
+    latency_ms = latency_report["batch"]["1"]["median_ms"]
+    latency_report["measured_on"] = "serving function of the trained model"
+    lap("latency")
+    num_params, flops = model_analysis.model_size(model, list(params.task.model.input_size))
+    lap("analysis")
   analysis = {
       "trial_id": spec.trial_id,
       "accuracy": accuracy,
@@ -189,14 +194,20 @@ def run(spec: TrialSpec, ready: float | None = None) -> dict:
       "params": num_params,
       "flops": flops,
       "eval_metrics": metrics,
-      "latency": dict(latency_report, measured_on="serving function of the trained model"),
+      "latency": latency_report,
       "step": result["step"],
       "seconds": result["wall_seconds"],
       "timing": timing_breakdown(spec, ready, phases, result),
   }
+  rung = {}
+  if spec.rung:
+    rung = {"rung": spec.rung.rung, "final": final, "resumed_from": result["resumed_from"],
+            "train_steps": result["train_steps"]}
+    analysis.update(rung)
   _write_json(os.path.join(spec.trial_dir, "model_analysis.json"), analysis)
-  job_status.write(spec.trial_dir, job_status.COMPLETED, step=result["step"],
-                   reward=analysis["reward"], accuracy=accuracy, latency_ms=latency_ms)
+  job_status.write(spec.trial_dir, job_status.COMPLETED if final else PAUSED,
+                   step=result["step"], reward=analysis["reward"], accuracy=accuracy,
+                   latency_ms=latency_ms, **rung)
   return analysis
 
 
@@ -219,6 +230,15 @@ def completed(trial_dir: str) -> bool:
           and os.path.exists(os.path.join(trial_dir, "model_analysis.json")))
 
 
+def reported(trial_dir: str) -> bool:
+  """The attempt in `trial_dir` ended with its outcome written: completed, or (early stopping)
+  its rung's report (training alone writes `paused` before the latency and the analysis)."""
+  from tf_vision import job_status  # pylint: disable=g-import-not-at-top
+  status = job_status.read(trial_dir) or {}
+  return completed(trial_dir) or (status.get("status") == PAUSED and "rung" in status and
+                                  os.path.exists(os.path.join(trial_dir, "model_analysis.json")))
+
+
 def mark_interrupted(trial_dir: str, signum: int) -> bool:
   """Records in job_status.json that the attempt was interrupted (its resume step: the latest
   checkpoint's), unless training already did so; True if it wrote. An attempt stopped after
@@ -230,6 +250,15 @@ def mark_interrupted(trial_dir: str, signum: int) -> bool:
   job_status.write(trial_dir, job_status.INTERRUPTED, step=step, checkpoint_step=step,
                    signal=signal.Signals(signum).name)
   return True
+
+
+def mark_stopped(trial_dir: str, reason: str) -> None:
+  """Records in job_status.json that the scheduler stopped the trial after the rung its
+  `paused` status reports (its step, reward and metrics stay)."""
+  from tf_vision import job_status  # pylint: disable=g-import-not-at-top
+  status = {k: v for k, v in (job_status.read(trial_dir) or {}).items()
+            if k not in ("status", "time", "final", "reason")}
+  job_status.write(trial_dir, STOPPED, **status, reason=reason)
 
 
 def write_spec(spec_path: str, spec: TrialSpec) -> None:

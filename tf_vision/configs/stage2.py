@@ -70,6 +70,7 @@ class Trial:
   data: dict[str, str]  # the search's data flags that were set (DataSpec fields)
   recipe: Recipe | None
   notes: list[str]
+  search_space_module: str | None = None  # the search's --search_space_module
 
 
 def _read_json(path: str) -> dict:
@@ -131,7 +132,7 @@ def read_trial(job_dir: str, trial_id: str) -> Trial:
   return Trial(trial_id=trial_id, trial_dir=trial_dir, nas_params_path=nas_params,
                search_space=spec.get("search_space"),
                experiment=run_info.get("experiment") or run.get("experiment"), data=data,
-               recipe=recipe, notes=notes)
+               recipe=recipe, notes=notes, search_space_module=spec.get("search_space_module"))
 
 
 def _scaled(value: Any, ratio: float) -> Any:

@@ -3,11 +3,11 @@
 Same structure, candidate lists and order as Vertex's `tunable_mnasnet_search_space.py`, so its
 decision keys (`blocks[i].num_repeats`, ...) and `nas_params_str` values are interchangeable with
 what Vertex AI NAS sends: 7 block groups x 6 one-of decisions = 42, about 9.75e15 points.
+pyglove is imported when the space is built: the registration is read by flag checks that must
+not load it.
 """
 
 from typing import Any
-
-import pyglove as pg
 
 from tf_vision.search_spaces import registry
 
@@ -26,8 +26,9 @@ BLOCK_FIELDS = ('num_repeats', 'block_fn', 'expand_ratio', 'kernel_size', 'se_ra
                 'output_filters')
 
 
-def _block_space(repeats: int, filters: int) -> pg.Dict:
+def _block_space(repeats: int, filters: int) -> Any:
   """One block group; candidate 0 of num_repeats is the reference, as in Vertex."""
+  import pyglove as pg  # pylint: disable=g-import-not-at-top
   return pg.Dict(
       num_repeats=pg.oneof([repeats, repeats - 1, repeats + 1] if repeats > 1 else [1, 2]),
       block_fn=pg.oneof(['conv', 'mbconv']),
@@ -48,13 +49,20 @@ def block_specs(point: Any) -> list[dict[str, Any]]:
     block order; for `conv` blocks expand_ratio and se_ratio are carried but unused (as in
     Vertex, they are redundant encodings).
   """
+  import pyglove as pg  # pylint: disable=g-import-not-at-top
   if isinstance(point, pg.DNA):
     point = pg.materialize(mnasnet_search_space(), point)
   return [{field: block[field] for field in BLOCK_FIELDS} for block in point['blocks']]
 
 
-@registry.register_search_space('mnasnet', block_specs=block_specs)
-def mnasnet_search_space(reference: str = 'mobilenet_v2') -> pg.Dict:
+@registry.register_search_space(
+    'mnasnet', block_specs=block_specs,
+    binding=registry.ModelBinding(model='classification',
+                                  experiment='nas_classification_tunable_mnasnet',
+                                  backbone_type='tunable_mnasnet', metric='accuracy'),
+    defaults=registry.EmbeddedDefault('digits', {'image_size': 32},
+                                      'fast_nas_classification_search_for_testing.yaml'))
+def mnasnet_search_space(reference: str = 'mobilenet_v2') -> Any:
   """The MnasNet space: `pg.Dict(blocks=[7 x pg.Dict of 6 one-ofs])`.
 
   Vertex wraps the same list in a `pg.functor` argument named `blocks`; the decision keys are the
@@ -66,6 +74,7 @@ def mnasnet_search_space(reference: str = 'mobilenet_v2') -> pg.Dict:
   Returns:
     A fresh pyglove hyper-value.
   """
+  import pyglove as pg  # pylint: disable=g-import-not-at-top
   try:
     repeats, filters = _REFERENCES[reference]
   except KeyError:

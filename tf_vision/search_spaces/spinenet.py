@@ -9,11 +9,11 @@ Block specs (`block_specs`) list the 11 intermediate then the 5 output blocks, V
 `TunableBlockSpec` fields. The 2 stem (initial) blocks, both at level 2, are not listed: as in
 Model Garden's SpineNet they are built by the backbone, and `input_offsets` index the running
 list [stem0, stem1, intermediate0, ..., intermediate10, output0, ...].
+pyglove is imported when the space is built: the registration is read by flag checks that must
+not load it.
 """
 
 from typing import Any, Mapping, Sequence
-
-import pyglove as pg
 
 from tf_vision.search_spaces import registry
 
@@ -31,6 +31,7 @@ BLOCK_SPEC_FIELDS = ('level_base', 'level_offset', 'block_fn', 'input_offsets', 
 
 def _input_pair(candidates: Sequence[int]) -> Any:
   """Two distinct inputs, sorted by candidate index (two decisions: `[0]` and `[1]`)."""
+  import pyglove as pg  # pylint: disable=g-import-not-at-top
   return pg.sublist_of(2, list(candidates), choices_distinct=True, choices_sorted=True)
 
 
@@ -41,7 +42,7 @@ def build_spinenet_search_space(min_level: int = MIN_LEVEL,
                                     INTERMEDIATE_LEVEL_OFFSETS),
                                 block_fn_candidates: Sequence[str] = BLOCK_FN_CANDIDATES,
                                 num_blocks_search_window: int = NUM_BLOCKS_SEARCH_WINDOW
-                               ) -> pg.Dict:
+                               ) -> Any:
   """A SpineNet space with Vertex's parameters (its `spinenet_v2`/`_mbconv` differ only in them).
 
   Args:
@@ -57,6 +58,7 @@ def build_spinenet_search_space(min_level: int = MIN_LEVEL,
     `pg.Dict(intermediate_blocks, intermediate_block_levels, output_blocks,
     output_block_levels)`, the argument order of Vertex's functor, which fixes the key order.
   """
+  import pyglove as pg  # pylint: disable=g-import-not-at-top
   alloc = dict(INTERMEDIATE_BLOCKS_ALLOC if intermediate_blocks_alloc is None
                else intermediate_blocks_alloc)
   base_levels = [level for level, count in alloc.items() for _ in range(count)]
@@ -103,6 +105,7 @@ def block_specs(point: Any) -> list[dict[str, Any]]:
     `is_output` True), each `{level_base, level_offset, block_fn, input_offsets: [a, b],
     is_output}`. The block's level is level_base + level_offset; stems are not included.
   """
+  import pyglove as pg  # pylint: disable=g-import-not-at-top
   if isinstance(point, pg.DNA):
     point = pg.materialize(spinenet_search_space(), point)
 
@@ -119,7 +122,12 @@ def block_specs(point: Any) -> list[dict[str, Any]]:
                                                        point['output_block_levels'])])
 
 
-@registry.register_search_space('spinenet', block_specs=block_specs)
-def spinenet_search_space() -> pg.Dict:
+@registry.register_search_space(
+    'spinenet', block_specs=block_specs,
+    binding=registry.ModelBinding(model='retinanet', experiment='nas_retinanet_tunable_spinenet',
+                                  backbone_type='tunable_spinenet', metric='AP'),
+    defaults=registry.EmbeddedDefault('shapes', {'image_size': 128, 'num_samples': 256},
+                                      'fast_nas_detection_spinenet_search_for_testing.yaml'))
+def spinenet_search_space() -> Any:
   """Vertex's prebuilt `spinenet` space: 11 intermediate blocks, 75 decisions."""
   return build_spinenet_search_space()

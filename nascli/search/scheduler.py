@@ -1,0 +1,285 @@
+"""The trial scheduler: how far each trial trains (`--early_stopping none|median|asha`).
+
+The search engine splits as Ray Tune does: the controller proposes architectures and learns
+rewards, the scheduler decides which trials go on. With early stopping a trial trains in rungs:
+to `min_steps`, `min_steps * eta`, `min_steps * eta**2`, ... (eta: `--reduction_factor`), each
+below the trial's `trainer.train_steps`, and last to `train_steps` itself. One attempt per rung:
+the trial trains to the rung's step (the learning-rate schedule stays that of the full budget:
+training stops early, `train_steps` is not shortened), evaluates and reports; the driver
+journals a `rung` event, then the scheduler's decision, `promoted` or `stopped`. A promoted
+trial's next attempt resumes from its own checkpoint at the rung's step, so no step is trained
+twice. The last rung ends as `completed`, as without early stopping.
+
+Decisions are pure functions of the journal's rung reports in journal order (`decide`): a
+report is judged against the reports journaled before it, never later ones. A search killed
+between a report and its decision makes that decision on resume (`owed`), from the same
+reports, so it is the decision the uninterrupted search made or would have made.
+
+A stopped trial is final (`stopped`, with its last rung's reward and metrics) and the
+controller gets that reward as its feedback, at the point the journal records `stopped`, as Ray
+Tune gives a searcher the last result of a trial its scheduler stopped: the algorithm learns
+that the architecture was weak instead of never hearing of it (pyglove's `Feedback.skip()`),
+which would keep regularized evolution on its random initial population longer. The reward is a
+partial-budget one, lower than a full trial's would be; for regularized evolution that only
+makes a stopped architecture an unlikely parent, which is what stopping it said.
+
+Why not pyglove's step-wise policies (`pg.early_stopping.StepWise`, `early_stop_by_rank`):
+they hold their gate histories inside a stateful policy fed `pg.tuning.Trial` objects, and
+`recover` rebuilds the decisions of finished trials from `Trial.infeasible`, where here a
+decision must be a function of the journal alone, recomputed the same way on every resume;
+their rank rule compares a trial with the history before it only (`int((n - 1) * p)`-th best),
+not Ray Tune's quantile cutoff over all earlier results at the rung;
+they have no median rule; and this module must import without pyglove (the CLI's flag checks run
+before any framework loads, and benchmarks simulate searches through it).
+"""
+
+import abc
+import dataclasses
+import statistics
+from typing import Any, Callable, Iterable, Mapping, Sequence
+
+from nascli.errors import NascliError
+
+# Journal events this module writes the meaning of (journal.py replays them).
+RUNG = 'rung'
+PROMOTED = 'promoted'
+STOPPED = 'stopped'
+DECISIONS = (PROMOTED, STOPPED)
+DEFAULT_REDUCTION_FACTOR = 3
+# Median stopping judges a trial only once this many other trials reported at its rung.
+MEDIAN_MIN_SAMPLES = 3
+
+
+@dataclasses.dataclass
+class SchedulerSettings:
+  """--early_stopping, --min_steps, --reduction_factor: part of the search's settings (a
+  resumed search must decide as the first run did)."""
+  name: str = 'none'
+  # The first rung: steps before a trial's first report; None: train_steps // eta**2.
+  min_steps: int | None = None
+  reduction_factor: int = DEFAULT_REDUCTION_FACTOR  # eta: rung k is min_steps * eta**k
+
+  @property
+  def early_stopping(self) -> bool:
+    return _SCHEDULERS[self.name].early_stopping if self.name in _SCHEDULERS else True
+
+
+@dataclasses.dataclass(frozen=True)
+class Report:
+  """One `rung` event: a trial's validation reward after training to a rung's step."""
+  trial_id: str
+  rung: int
+  step: int
+  reward: float
+  seq: int = 0  # its place in the journal
+
+
+def rung_steps(min_steps: int | None, reduction_factor: int, train_steps: int) -> list[int]:
+  """The steps a trial reports at: min_steps * eta**k below train_steps, then train_steps.
+  Without min_steps, train_steps // eta**2: rungs at about 1/eta**2, 1/eta and the whole."""
+  if min_steps is None:
+    min_steps = max(1, train_steps // reduction_factor**2)
+  if min_steps < 1 or reduction_factor < 2:
+    raise ValueError(f'min_steps {min_steps} must be >= 1 and reduction_factor'
+                     f' {reduction_factor} >= 2')
+  steps, step = [], min_steps
+  while step < train_steps:
+    steps.append(step)
+    step *= reduction_factor
+  return steps + [train_steps]
+
+
+class Scheduler(abc.ABC):
+  """Decides, from the rung reports journaled so far, whether a trial goes on."""
+
+  early_stopping = True  # False: trials train their whole budget in one attempt, no rungs
+
+  def __init__(self, settings: SchedulerSettings):
+    self.settings = settings
+
+  @abc.abstractmethod
+  def should_continue(self, report: Report, history: Sequence[Report]) -> bool:
+    """True: promote the trial to its next rung; False: stop it. `history`: every report
+    journaled before `report`, in journal order (other trials' and this trial's own)."""
+
+
+_SCHEDULERS: dict[str, type[Scheduler]] = {}
+
+
+def register_scheduler(name: str) -> Callable[[type[Scheduler]], type[Scheduler]]:
+  """Registers a Scheduler class as `--early_stopping name`."""
+  def register(cls: type[Scheduler]) -> type[Scheduler]:
+    if name in _SCHEDULERS:
+      raise KeyError(f'scheduler {name!r} is registered twice')
+    _SCHEDULERS[name] = cls
+    return cls
+  return register
+
+
+def known_schedulers() -> list[str]:
+  """The --early_stopping values, in registration order."""
+  return list(_SCHEDULERS)
+
+
+def make(settings: SchedulerSettings) -> Scheduler:
+  if settings.name not in _SCHEDULERS:
+    raise NascliError(f'unknown --early_stopping {settings.name!r}; known:'
+                      f' {", ".join(_SCHEDULERS)}')
+  return _SCHEDULERS[settings.name](settings)
+
+
+def check(name: str, min_steps: int | None, reduction_factor: int | None,
+          multi_objective: bool = False) -> None:
+  """Refuses bad early-stopping flags in one line naming the flag (TensorFlow-free: the CLI
+  runs it before any framework loads; the search loop runs it again for other callers).
+
+  Raises:
+    NascliError: an unknown --early_stopping, a missing or bad --min_steps, a bad
+      --reduction_factor, either given without early stopping, or --objectives with it.
+  """
+  from nascli import checks  # pylint: disable=g-import-not-at-top
+  if name not in _SCHEDULERS:
+    raise NascliError(f'unknown --early_stopping {name!r}{checks.closest(name, _SCHEDULERS)};'
+                      f' known: {", ".join(_SCHEDULERS)}')
+  stopping = [n for n, cls in _SCHEDULERS.items() if cls.early_stopping]
+  if not _SCHEDULERS[name].early_stopping:
+    for flag, value in (('min_steps', min_steps), ('reduction_factor', reduction_factor)):
+      if value is not None:
+        raise NascliError(f'--{flag} is an option of --early_stopping {" or ".join(stopping)},'
+                          f' not {name}')
+    return
+  if min_steps is not None and min_steps < 1:
+    raise NascliError(f'--min_steps must be at least 1, got {min_steps}')
+  if reduction_factor is not None and reduction_factor < 2:
+    raise NascliError(f'--reduction_factor must be at least 2, got {reduction_factor}')
+  if multi_objective:
+    raise NascliError(f'--early_stopping {name} ranks trials by one scalar reward; it does not'
+                      ' combine with --objectives')
+
+
+@register_scheduler('none')
+class NoEarlyStopping(Scheduler):
+  """Every trial trains its whole budget in one attempt (no rung events)."""
+
+  early_stopping = False
+
+  def should_continue(self, report: Report, history: Sequence[Report]) -> bool:
+    del report, history
+    return True
+
+
+@register_scheduler('median')
+class MedianStopping(Scheduler):
+  """Vizier's median stopping rule at the rungs: stop a trial whose best reward so far is below
+  the median of the other trials' running averages (mean of their rewards up to this rung),
+  over the trials that reported this rung before it. The grace period is the first rung
+  (`min_steps`) and MEDIAN_MIN_SAMPLES other trials at the rung (Ray Tune's
+  `min_samples_required`); with fewer, the trial goes on."""
+
+  def should_continue(self, report: Report, history: Sequence[Report]) -> bool:
+    others: dict[str, list[float]] = {}
+    at_rung: set[str] = set()
+    own = [report.reward]
+    for r in history:
+      if r.rung > report.rung:
+        continue
+      if r.trial_id == report.trial_id:
+        own.append(r.reward)
+        continue
+      others.setdefault(r.trial_id, []).append(r.reward)
+      if r.rung == report.rung:
+        at_rung.add(r.trial_id)
+    averages = [statistics.fmean(others[t]) for t in others if t in at_rung]
+    if len(averages) < MEDIAN_MIN_SAMPLES:
+      return True
+    return max(own) >= statistics.median(averages)
+
+
+@register_scheduler('asha')
+class Asha(Scheduler):
+  """Asynchronous successive halving (Li et al. 2018) as Ray Tune's ASHAScheduler decides: a
+  trial goes on iff its reward is at least the (1 - 1/eta) quantile (linear interpolation, as
+  numpy's percentile) of the rewards other trials reported at its rung before it; the first
+  at a rung goes on. So from the second report on, about the top 1/eta go on. (A rule that let
+  every trial go on until eta trials reported at a rung spent 0.63x the compute of no early
+  stopping on the digits bench, where this one is meant to spend about half.)"""
+
+  def should_continue(self, report: Report, history: Sequence[Report]) -> bool:
+    others = [r.reward for r in history
+              if r.rung == report.rung and r.trial_id != report.trial_id]
+    if not others:
+      return True
+    return report.reward >= _quantile(others, 1.0 - 1.0 / self.settings.reduction_factor)
+
+
+def _quantile(values: Sequence[float], q: float) -> float:
+  ordered = sorted(values)
+  pos = q * (len(ordered) - 1)
+  lo = int(pos)
+  hi = min(lo + 1, len(ordered) - 1)
+  return ordered[lo] + (ordered[hi] - ordered[lo]) * (pos - lo)
+
+
+# --------------------------------------------------------------------------- the journal
+
+
+def reports(events: Iterable[Mapping[str, Any]]) -> list[Report]:
+  """The journal's rung reports, in journal order."""
+  return [Report(str(e['trial_id']), int(e['rung']), int(e['step']), float(e['reward']),
+                 int(e.get('seq', 0)))
+          for e in events if e.get('event') == RUNG]
+
+
+def journaled_decisions(events: Iterable[Mapping[str, Any]]) -> dict[tuple[str, int], bool]:
+  """{(trial_id, rung): promoted?} of the decisions in the journal."""
+  return {(str(e['trial_id']), int(e['rung'])): e['event'] == PROMOTED
+          for e in events if e.get('event') in DECISIONS}
+
+
+def decide(scheduler: Scheduler, all_reports: Sequence[Report], report: Report) -> bool:
+  """The decision on `report`: from the reports journaled before it only, whatever came after
+  (so a decision made late, on resume, is the one made on time)."""
+  history = [r for r in all_reports if r.seq < report.seq]
+  return scheduler.should_continue(report, history)
+
+
+def owed(scheduler: Scheduler, events: Sequence[Mapping[str, Any]]) -> list[tuple[Report, bool]]:
+  """Reports with no decision journaled (the driver died in between), in journal order, each
+  with the decision it gets."""
+  done = journaled_decisions(events)
+  every = reports(events)
+  return [(r, decide(scheduler, every, r)) for r in every if (r.trial_id, r.rung) not in done]
+
+
+def replayed_decisions(scheduler: Scheduler, events: Sequence[Mapping[str, Any]]
+                       ) -> dict[tuple[str, int], bool]:
+  """{(trial_id, rung): promoted?} as the scheduler decides every report of the journal now:
+  equal to `journaled_decisions` for a search that was never interrupted or was resumed."""
+  every = reports(events)
+  return {(r.trial_id, r.rung): decide(scheduler, every, r) for r in every}
+
+
+def compute_spent(events: Iterable[Mapping[str, Any]], train_steps: int | None = None
+                  ) -> dict[str, dict[str, float | None]]:
+  """{trial_id: {"steps", "wall_s"}}: the training steps and attempt wall seconds each trial
+  spent, summed over its recorded attempts (rung reports and its final `completed`; a
+  `stopped` trial's last attempt is its last rung report). A search without early stopping
+  journals no steps: its completed trials count `train_steps` each (None if not given).
+  An attempt that was interrupted or lost is not counted (its work is redone from the last
+  checkpoint)."""
+  out: dict[str, dict[str, float | None]] = {}
+  for e in events:
+    if e.get('event') not in (RUNG, 'completed'):
+      continue
+    metrics = e.get('metrics') or {}
+    spent = out.setdefault(str(e['trial_id']), {'steps': 0, 'wall_s': 0.0})
+    step, start = metrics.get('step'), metrics.get('resumed_from')
+    if not (isinstance(step, int) and isinstance(start, int)):
+      step, start = train_steps, 0
+    if spent['steps'] is not None and step is not None:
+      spent['steps'] += step - start
+    else:
+      spent['steps'] = None
+    if isinstance(metrics.get('wall_s'), (int, float)):
+      spent['wall_s'] += metrics['wall_s']
+  return out

@@ -1,0 +1,499 @@
+"""Early stopping: the schedulers' decisions, their journal events, the outputs that show stopped
+trials, the controller's feedback for them, and one real ASHA search killed mid-rung and resumed.
+"""
+
+import glob
+import json
+import os
+import signal
+import struct
+import subprocess
+import sys
+import time
+
+import pytest
+
+from conftest import journal_events
+from nascli.app import main
+from nascli.errors import InputError
+from nascli.errors import NascliError
+from nascli.search import journal as journal_lib
+from nascli.search import results
+from nascli.search import scheduler as scheduler_lib
+from nascli.search.journal import Journal
+from nascli.search.scheduler import Report
+from nascli.search.scheduler import SchedulerSettings
+
+
+def _scheduler(name, eta=3):
+  return scheduler_lib.make(SchedulerSettings(name=name, min_steps=10, reduction_factor=eta))
+
+
+def _decisions(scheduler, sequence):
+  """Decisions on (trial, rung, reward) reports, each judged on the reports before it."""
+  reports = [Report(t, rung, 10 * 3**rung, reward, seq)
+             for seq, (t, rung, reward) in enumerate(sequence, 1)]
+  return [scheduler_lib.decide(scheduler, reports, r) for r in reports]
+
+
+def test_rungs_are_min_steps_times_eta_powers_below_the_budget_then_the_budget():
+  assert scheduler_lib.rung_steps(10, 3, 100) == [10, 30, 90, 100]
+  assert scheduler_lib.rung_steps(10, 3, 90) == [10, 30, 90]
+  assert scheduler_lib.rung_steps(10, 2, 20) == [10, 20]
+  assert scheduler_lib.rung_steps(50, 3, 20) == [20]  # one rung: the whole budget
+  assert scheduler_lib.rung_steps(None, 3, 100) == [11, 33, 99, 100]  # 100 // 9 = 11
+  assert scheduler_lib.rung_steps(None, 3, 90) == [10, 30, 90]
+  with pytest.raises(ValueError):
+    scheduler_lib.rung_steps(10, 1, 100)
+
+
+def test_asha_goes_on_from_the_quantile_of_the_rungs_earlier_rewards():
+  """Ray Tune's cutoff: the (1 - 1/eta) quantile of the others' rewards at the rung so far."""
+  asha = _scheduler('asha', eta=3)
+  sequence = [('1', 0, 0.5),  # first at the rung: on
+              ('2', 0, 0.4),  # cutoff 0.5: stop
+              ('3', 0, 0.3),  # cutoff 0.4 + 0.1 * 2/3: stop
+              ('1', 1, 0.55),  # first at rung 1: on
+              ('4', 0, 0.9),  # cutoff 0.4333: on
+              ('5', 0, 0.6),  # cutoff 0.5 (the 2/3 quantile of 0.3, 0.4, 0.5, 0.9): on
+              ('2', 1, 0.45), ('4', 1, 0.95),  # rung 1: cutoffs 0.55 (stop), 0.5167 (on)
+              ('6', 0, 0.6),  # cutoff 0.5667: on
+              ('7', 0, 0.6)]  # cutoff 0.6 (tied with 5 and 6): ties go on
+  assert _decisions(asha, sequence) == [True, False, False, True, True, True, False, True,
+                                        True, True]
+  eta2 = _scheduler('asha', eta=2)  # the median of the earlier rewards
+  assert _decisions(eta2, [('1', 0, 0.5), ('2', 0, 0.4), ('3', 0, 0.6), ('4', 0, 0.55)]) == [
+      True, False, True, True]
+
+
+def test_a_decision_depends_only_on_the_reports_before_it():
+  asha = _scheduler('asha')
+  reports = [Report(str(i), 0, 10, r, i) for i, r in enumerate([0.5, 0.4, 0.3, 0.9, 0.2], 1)]
+  for k, report in enumerate(reports):
+    assert (scheduler_lib.decide(asha, reports, report)
+            == scheduler_lib.decide(asha, reports[:k + 1], report))
+  # Trial 3 (0.3) is below the cutoff of 0.5 and 0.4; trial 4's later 0.9 does not enter.
+  assert scheduler_lib.decide(asha, reports, reports[2]) is False
+
+
+def test_median_stops_below_the_median_of_the_others_running_averages_after_grace():
+  median = _scheduler('median')
+  # Fewer than 3 others at the rung: on, however bad.
+  assert _decisions(median, [('1', 0, 0.5), ('2', 0, 0.4), ('3', 0, 0.1)]) == [True] * 3
+  assert _decisions(median, [('1', 0, 0.5), ('2', 0, 0.4), ('3', 0, 0.3),
+                             ('4', 0, 0.35),  # median of 0.5, 0.4, 0.3 is 0.4: stop
+                             ('5', 0, 0.45)]) == [True, True, True, False, True]
+  # Rung 1: others' running averages (mean of rungs 0 and 1) are 0.45, 0.35 and 0.2 (median
+  # 0.35); trial 4 goes on on its best so far, its rung-0 0.36 (its rung-1 reward is 0.3).
+  # Trial 5 then meets 0.45, 0.35, 0.2 and trial 4's 0.33: median 0.34.
+  sequence = [('1', 0, 0.4), ('2', 0, 0.3), ('3', 0, 0.1), ('4', 0, 0.36),
+              ('1', 1, 0.5), ('2', 1, 0.4), ('3', 1, 0.3), ('4', 1, 0.3), ('5', 1, 0.33)]
+  assert _decisions(median, sequence)[-2:] == [True, False]
+
+
+def test_none_never_stops_and_has_no_rungs():
+  none = _scheduler('none')
+  assert not none.early_stopping and not SchedulerSettings().early_stopping
+  assert _decisions(none, [('1', 0, 0.9), ('2', 0, 0.0), ('3', 0, -1.0)]) == [True] * 3
+  assert scheduler_lib.known_schedulers() == ['none', 'median', 'asha']
+
+
+@pytest.mark.parametrize('args, message', [
+    (('ash', None, None), "unknown --early_stopping 'ash' (did you mean 'asha'?); known: none,"
+                          " median, asha"),
+    (('none', 5, None), '--min_steps is an option of --early_stopping median or asha, not none'),
+    (('none', None, 2), '--reduction_factor is an option of --early_stopping median or asha'),
+    (('median', 0, None), '--min_steps must be at least 1, got 0'),
+    (('asha', 5, 1), '--reduction_factor must be at least 2, got 1'),
+])
+def test_bad_early_stopping_settings_name_the_flag(args, message):
+  with pytest.raises(NascliError, match='^' + message.replace('(', r'\(').replace(')', r'\)')
+                     .replace('?', r'\?')):
+    scheduler_lib.check(*args)
+  with pytest.raises(NascliError, match='does not combine with --objectives'):
+    scheduler_lib.check('asha', 5, 3, multi_objective=True)
+
+
+def test_bad_early_stopping_flags_are_refused_before_any_framework_loads(tmp_path):
+  from test_search_flags import _refusals  # pylint: disable=g-import-not-at-top
+  job = str(tmp_path / 'job')
+  cases = [(['--early_stopping', 'ash'], "unknown --early_stopping 'ash'"),
+           (['--min_steps', '5'], '--min_steps is an option of --early_stopping'),
+           (['--early_stopping', 'median', '--min_steps', '5', '--reduction_factor', '1'],
+            '--reduction_factor must be at least 2, got 1')]
+  argvs = [[command, '--local_output_dir', job, *flags] for command in ('search_in_local',
+                                                                      'search')
+           for flags, _ in cases]
+  gcs = ['search', '--local_output_dir', 'gs://bucket/job', '--early_stopping', 'asha',
+         '--min_steps', '5']
+  got, imported = _refusals(argvs + [gcs])
+  assert imported == []
+  assert got.pop()[2].startswith('Error: --early_stopping asha with a gs:// --local_output_dir'
+                                 ' on Ray: a promoted trial could not continue')
+  for (flags, expected), (code, stdout, stderr) in zip(cases * 2, got):
+    assert (code, stdout, stderr.count('\n')) == (1, '', 1), (flags, stderr)
+    assert stderr.startswith(f'Error: {expected}'), (flags, stderr)
+  assert not os.path.exists(job)
+
+
+# --------------------------------------------------------------------------- the journal
+
+ARCH = {'blocks[0].kernel_size': '0/2 (3)'}
+METRICS = {'accuracy': 0.25, 'latency_ms': 2.0, 'flops': 1000, 'params': 100, 'seconds': 1.5,
+           'wall_s': 3.0, 'accuracy_metric': 'accuracy'}
+SETTINGS = {'search_space': 'mnasnet',
+            'scheduler': {'name': 'asha', 'min_steps': 10, 'reduction_factor': 3}}
+
+
+def _rung(trial, rung, step, reward, resumed_from=0):
+  return {'event': 'rung', 'trial_id': trial, 'rung': rung, 'step': step, 'reward': reward,
+          'metrics': dict(METRICS, accuracy=reward, rung=rung, step=step,
+                          resumed_from=resumed_from)}
+
+
+def _job_events():
+  """Trial 1 promoted at rung 0 then completed; 2 stopped at rung 0; 3 reported, undecided."""
+  events = [{'event': 'search_started', 'settings': SETTINGS, 'fingerprint': 'f'}]
+  for t in '123':
+    events.append({'event': 'proposed', 'trial_id': t, 'dna': [int(t)], 'nas_params': ARCH})
+  events += [
+      {'event': 'started', 'trial_id': '1', 'attempt': 1, 'rung': 0}, _rung('1', 0, 10, 0.3),
+      {'event': 'promoted', 'trial_id': '1', 'rung': 0},
+      {'event': 'started', 'trial_id': '1', 'attempt': 2, 'rung': 1},
+      {'event': 'completed', 'trial_id': '1', 'reward': 0.6,
+       'metrics': dict(METRICS, accuracy=0.6, rung=1, step=30, resumed_from=10)},
+      {'event': 'started', 'trial_id': '2', 'attempt': 1, 'rung': 0}, _rung('2', 0, 10, 0.2),
+      {'event': 'stopped', 'trial_id': '2', 'rung': 0, 'step': 10, 'reward': 0.2,
+       'metrics': _rung('2', 0, 10, 0.2)['metrics'], 'reason': 'asha'},
+      {'event': 'started', 'trial_id': '3', 'attempt': 1, 'rung': 0}, _rung('3', 0, 10, 0.1)]
+  return [dict(e, seq=i) for i, e in enumerate(events, 1)]
+
+
+def test_replay_follows_rungs_promotions_and_stops():
+  state = journal_lib.replay(_job_events())
+  assert state.status == {'1': 'completed', '2': 'stopped', '3': 'paused'}
+  assert [r['step'] for r in state.rungs['1']] == [10]
+  assert state.rewards['2'] == 0.2 and state.metrics['2']['step'] == 10
+  assert state.reasons['2'] == 'asha'
+  assert state.completion_order == ['1', '2']
+  # Stopped is final, and no failure; a paused trial is neither final nor to be re-run.
+  assert 'stopped' in journal_lib.FINAL_STATUSES
+  assert 'stopped' not in journal_lib.FAILED_STATUSES
+  assert state.unfinished() == [] and state.best() == '1'
+
+
+@pytest.mark.parametrize('event, problem', [
+    ({'event': 'started', 'trial_id': '2', 'attempt': 2}, 'which the scheduler stopped'),
+    ({'event': 'started', 'trial_id': '3', 'attempt': 2}, "awaits the scheduler's decision"),
+    ({'event': 'promoted', 'trial_id': '3', 'rung': 1}, 'decides on rung 1 of trial 3'),
+    (_rung('3', 0, 10, 0.1), 'reports a rung of trial 3, which is not running'),
+])
+def test_replay_refuses_illegal_rung_transitions(event, problem):
+  with pytest.raises(InputError, match=problem):
+    journal_lib.replay(_job_events() + [dict(event, seq=99)])
+
+
+def test_replay_refuses_a_started_event_for_the_wrong_rung():
+  events = _job_events()[:5] + [{'seq': 6, 'event': 'started', 'trial_id': '1', 'attempt': 1,
+                                 'rung': 1}]
+  with pytest.raises(InputError, match='starts rung 1 of trial 1, whose next rung is 0'):
+    journal_lib.replay(events)
+  decided = _job_events()[:7] + [{'seq': 8, 'event': 'promoted', 'trial_id': '1', 'rung': 0}]
+  with pytest.raises(InputError, match='which has no rung report awaiting a decision'):
+    journal_lib.replay(decided)
+
+
+def test_owed_decisions_are_made_from_the_reports_before_them():
+  events = _job_events()
+  asha = _scheduler('asha', eta=2)
+  # Trial 3's 0.1 is the 3rd of the 3 rung-0 results (0.3, 0.2, 0.1): stopped, whatever the
+  # reports after it (none here) say.
+  assert scheduler_lib.owed(asha, events) == [(Report('3', 0, 10, 0.1, events[-1]['seq']), False)]
+  journaled = scheduler_lib.journaled_decisions(events)
+  assert journaled == {('1', 0): True, ('2', 0): False}
+  assert scheduler_lib.replayed_decisions(asha, events) == {**journaled, ('3', 0): False}
+
+
+def test_compute_spent_sums_the_recorded_attempts():
+  spent = scheduler_lib.compute_spent(_job_events())
+  assert spent == {'1': {'steps': 30, 'wall_s': 6.0}, '2': {'steps': 10, 'wall_s': 3.0},
+                   '3': {'steps': 10, 'wall_s': 3.0}}
+  plain = [{'event': 'completed', 'trial_id': '1', 'reward': 1.0, 'metrics': {'wall_s': 4.0}}]
+  assert scheduler_lib.compute_spent(plain) == {'1': {'steps': None, 'wall_s': 4.0}}
+  assert scheduler_lib.compute_spent(plain, train_steps=100) == {'1': {'steps': 100,
+                                                                       'wall_s': 4.0}}
+
+
+class _Controller:
+  def __init__(self):
+    self.feedbacks = []
+
+  def feedback(self, dna, reward):
+    self.feedbacks.append((tuple(dna), reward))
+
+
+def test_a_resumed_driver_decides_what_a_killed_one_left_undecided(tmp_path):
+  """The rung report of trial 3 has no decision: the resumed driver stops it, records the
+  stop in its trial dir and feeds the last rung's reward to the controller, once."""
+  # pylint: disable=g-import-not-at-top
+  from nascli.search import search_loop
+  from nascli.search import workspace
+  from tf_vision import job_status
+  job = tmp_path / 'job'
+  journal = Journal.in_dir(job)
+  with journal.open_for_writing():
+    for event in _job_events():
+      journal.append({k: v for k, v in event.items() if k != 'seq'})
+    job_status.write(str(job / '3'), 'paused', step=10, reward=0.1, rung=0, final=False)
+    loop = search_loop.SearchLoop.__new__(search_loop.SearchLoop)  # no frameworks, no workers
+    loop.args = search_loop.SearchArgs(job_dir=str(job), scheduler=SchedulerSettings(
+        'asha', min_steps=10, reduction_factor=2))
+    loop.scheduler = scheduler_lib.make(loop.args.scheduler)
+    loop.journal, loop.work_dir = journal, str(job)
+    loop.workspace = workspace.for_job_dir(str(job))
+    ctl = _Controller()
+    assert loop._decide_owed(ctl) == 1  # pylint: disable=protected-access
+    assert loop._decide_owed(ctl) == 0  # pylint: disable=protected-access
+  events = journal.events()
+  assert events[-1]['event'] == 'stopped' and events[-1]['trial_id'] == '3'
+  assert events[-1]['metrics'] == _rung('3', 0, 10, 0.1)['metrics']
+  assert ctl.feedbacks == [((3,), 0.1)]
+  status = job_status.read(str(job / '3'))
+  assert (status['status'], status['step'], status['rung']) == ('stopped', 10, 0)
+  assert 'final' not in status and 'asha' in status['reason']
+  assert journal_lib.replay(events).status['3'] == 'stopped'
+
+
+def test_controller_feedback_of_stopped_trials_replays_exactly():
+  """A toy ASHA search with regularized evolution: stopped trials feed their last rung's
+  reward back where the journal records `stopped`; a controller rebuilt from any prefix of
+  the journal continues exactly as the uninterrupted one."""
+  # pylint: disable=g-import-not-at-top
+  from test_search_controller import EVOLUTION, SPACE, start_events
+  from nascli.search.controller import Controller
+  asha = _scheduler('asha', eta=2)
+
+  def reward(dna, rung):
+    return round(dna[0] * 0.1 + dna[1] * 0.03 - sum(dna[2:]) * 0.02 + 0.05 * rung, 6)
+
+  def step(ctl, events):
+    state = journal_lib.replay(events)
+    paused = state.trial_ids('paused')
+    if paused:
+      every = scheduler_lib.reports(events)
+      report = [r for r in every if r.trial_id == paused[0]][-1]
+      if scheduler_lib.decide(asha, every, report):
+        return {'event': 'promoted', 'trial_id': report.trial_id, 'rung': report.rung}
+      ctl.feedback(state.proposals[report.trial_id].dna, report.reward)
+      return {'event': 'stopped', 'trial_id': report.trial_id, 'rung': report.rung,
+              'step': report.step, 'reward': report.reward, 'metrics': {}}
+    pending = state.trial_ids('pending')
+    if pending:
+      trial, dna = pending[0], state.proposals[pending[0]].dna
+      rung = len(state.rungs.get(trial, []))
+      if rung == 1:  # the last rung
+        ctl.feedback(dna, reward(dna, 1))
+        return {'event': 'completed', 'trial_id': trial, 'reward': reward(dna, 1),
+                'metrics': {}, 'start_rung': 1}
+      return {'event': 'rung', 'trial_id': trial, 'rung': 0, 'step': 10,
+              'reward': reward(dna, 0), 'metrics': {}, 'start_rung': 0}
+    if len(state.proposals) >= 16:
+      return None
+    dna, nas_params = ctl.propose_new(state.dnas())
+    return {'event': 'proposed', 'trial_id': state.next_trial_id(), 'dna': list(dna),
+            'nas_params': nas_params}
+
+  def run(ctl, events):
+    events = list(events)
+    while (event := step(ctl, events)) is not None:
+      rung = event.pop('start_rung', None)
+      if rung is not None:  # an attempt: started, then its report
+        events.append({'seq': len(events) + 1, 'event': 'started',
+                       'trial_id': event['trial_id'], 'attempt': rung + 1, 'rung': rung})
+      events.append({'seq': len(events) + 1, **event})
+    return events
+
+  algorithm = 'regularized_evolution'
+  full = run(Controller(SPACE, algorithm, 5, **EVOLUTION), start_events(algorithm))
+  kinds = [e['event'] for e in full]
+  assert kinds.count('stopped') >= 3 and kinds.count('completed') >= 3, kinds
+  cuts = [i for i, k in enumerate(kinds, 1) if k in ('stopped', 'rung')][::3]
+  for k in cuts:
+    resumed = Controller.rebuild(SPACE, algorithm, 5, full[:k], **EVOLUTION)
+    assert run(resumed, full[:k]) == full, f'interrupted after {k} events'
+
+
+# --------------------------------------------------------------------------- outputs
+
+
+def _write_job(job_dir):
+  journal = Journal.in_dir(job_dir)
+  with journal.open_for_writing():
+    for event in _job_events():
+      journal.append({k: v for k, v in event.items() if k != 'seq'})
+  return journal_lib.replay(journal.events())
+
+
+def test_stopped_trials_show_in_tables_plot_and_hparams_with_their_last_rung(tmp_path):
+  # pylint: disable=g-import-not-at-top
+  from tensorboard.compat.proto import event_pb2
+  from tensorboard.plugins.hparams import metadata
+  job_dir = tmp_path / 'job'
+  state = _write_job(job_dir)
+  rows = results.update_all(job_dir, state, {'blocks[0].kernel_size': [3, 5]})
+  assert list(rows[0])[:3] == ['trial_id', 'status', 'step']
+  by_id = {r['trial_id']: r for r in rows}
+  assert (by_id['2']['status'], by_id['2']['step'], by_id['2']['reward']) == ('stopped', 10, 0.2)
+  assert by_id['2']['accuracy'] == 0.2 and by_id['2']['latency_ms'] == 2.0
+  assert (by_id['1']['status'], by_id['1']['step']) == ('completed', 30)
+  assert by_id['3']['status'] == 'paused' and by_id['3']['reward'] is None
+  # The better (0.2 > nothing) stopped trial ranks after every completed one.
+  assert [r['trial_id'] for r in results.sort_by_reward(rows)] == ['1', '2', '3']
+  with open(job_dir / 'trials.csv', encoding='utf-8') as f:
+    header, _, second = f.read().splitlines()[:3]
+  assert header.startswith('trial_id,status,step,reward,')
+  assert second.startswith('2,stopped,10,0.2,')
+  assert json.loads((job_dir / 'trials.json').read_text()) == rows
+  assert (job_dir / 'search_progress.png').stat().st_size > 1000
+  runs = sorted(os.listdir(job_dir / 'hparams'))
+  assert [r for r in runs if r.startswith('trial-')] == ['trial-0001', 'trial-0002']
+
+  def values(directory):
+    """Summary values of the event files (TFRecords read here: TensorBoard's own loader
+    imports TensorFlow, 20 s)."""
+    out = {}
+    for path in glob.glob(os.path.join(directory, '*tfevents*')):
+      data, at = (open(path, 'rb').read(), 0)  # pylint: disable=consider-using-with
+      while at < len(data):
+        (length,) = struct.unpack('<Q', data[at:at + 8])
+        event = event_pb2.Event.FromString(data[at + 12:at + 12 + length])
+        out.update({v.tag: v for v in event.summary.value})
+        at += 12 + length + 4
+    return out
+
+  config = metadata.parse_experiment_plugin_data(
+      values(job_dir / 'hparams')['_hparams_/experiment'].metadata.plugin_data.content)
+  status_info = [h for h in config.hparam_infos if h.name == 'status'][0]
+  assert [v.string_value for v in status_info.domain_discrete.values] == ['completed', 'stopped']
+  assert [m.name.tag for m in config.metric_infos] == ['reward', 'accuracy', 'latency_ms', 'step']
+  stopped = values(job_dir / 'hparams' / 'trial-0002')
+  start = metadata.parse_session_start_info_plugin_data(
+      stopped['_hparams_/session_start_info'].metadata.plugin_data.content)
+  assert start.hparams['status'].string_value == 'stopped'
+  assert list(stopped['step'].tensor.float_val) == [10.0]
+  assert list(stopped['reward'].tensor.float_val) == [pytest.approx(0.2)]
+
+
+def test_list_trials_shows_and_filters_stopped_trials(tmp_path, capsys):
+  job_dir = tmp_path / 'job'
+  _write_job(job_dir)
+  assert main(['list_trials', str(job_dir), '--status', 'stopped', '--json']) == 0
+  [row] = json.loads(capsys.readouterr().out)
+  assert (row['trial_id'], row['status'], row['step'], row['reward']) == ('2', 'stopped', 10, 0.2)
+  assert main(['list_trials', str(job_dir)]) == 0
+  out = capsys.readouterr().out
+  assert f'{job_dir}: 1 completed, 1 stopped, 1 paused' in out
+  header = next(l for l in out.splitlines() if 'trial_id' in l)
+  assert [c.strip() for c in header.strip('┃ ').split('┃')][:4] == [
+      'trial_id', 'status', 'step', 'reward']
+  line = next(l for l in out.splitlines() if l.strip('│ ').startswith('2 '))
+  assert [c.strip() for c in line.strip('│ ').split('│')][:4] == ['2', 'stopped', '10', '0.2000']
+
+
+# --------------------------------------------------------------------------- a real search
+
+SHORT = "trainer.train_steps=20,trainer.steps_per_loop=10,trainer.checkpoint_interval=10"
+
+
+def _journal_now(job):
+  """The journal's events so far ([] before it exists; a line being written is left out)."""
+  try:
+    with open(job / 'journal.jsonl', encoding='utf-8') as f:
+      lines = f.read().split('\n')[:-1]
+  except FileNotFoundError:
+    return []
+  return [json.loads(line) for line in lines]
+
+
+def _steps(path):
+  with open(path, encoding='utf-8') as f:
+    return [json.loads(line)['step'] for line in f if line.strip()]
+
+
+def test_asha_search_killed_mid_rung_resumes_with_the_same_decisions(tmp_path_factory):
+  """ASHA (eta 2, rungs at 10 and 20 steps) over 3 trials on the embedded digits. The driver is
+  SIGKILLed as trial 1's second rung starts; the same command finishes the search: exactly 3
+  trials, each final; every decision the one the scheduler makes from the journal; promoted
+  trials continue from their checkpoint (no recorded step trained twice); stopped trials are
+  recorded with their last rung's metrics.
+
+  About 80 s on a 2-core CPU: two driver start-ups (TensorFlow in the driver and its warm
+  worker, about 20 s each) and five rung attempts; one search covers what two would.
+  """
+  cache = str(tmp_path_factory.mktemp('nascli_cache'))
+  job = tmp_path_factory.mktemp('asha') / 'job'
+  args = [sys.executable, '-m', 'nascli', 'search_in_local', '--prebuilt_search_space',
+          'mnasnet', '--local_output_dir', str(job), '--seed', '7', '--max_nas_trial', '3',
+          '--early_stopping', 'asha', '--min_steps', '10', '--reduction_factor', '2',
+          '--export_top_k', '0', '--search_docker_flags', f'params_override={SHORT}']
+  env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL='3', NASCLI_CACHE_DIR=cache)
+  driver = subprocess.Popen(args, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+  try:
+    deadline = time.monotonic() + 300
+    while not any(e['event'] == 'started' and e.get('rung') == 1 for e in _journal_now(job)):
+      assert driver.poll() is None and time.monotonic() < deadline
+      time.sleep(0.05)
+    driver.send_signal(signal.SIGKILL)
+    driver.wait()
+  finally:
+    if driver.poll() is None:
+      driver.kill()
+  before = journal_events(job)
+  assert [e['event'] for e in before[-3:]] == ['rung', 'promoted', 'started']
+
+  resumed = subprocess.run(args + ['--json'], env=env, capture_output=True, text=True,
+                           timeout=600, check=False)
+  assert resumed.returncode == 0, resumed.stderr[-2000:]
+  events = journal_events(job)
+  assert events[:len(before)] == before
+  state = journal_lib.replay(events)
+  assert list(state.proposals) == ['1', '2', '3']
+  assert all(state.status[t] in ('completed', 'stopped') for t in state.proposals), state.status
+  asha = _scheduler('asha', eta=2)
+  decisions = scheduler_lib.journaled_decisions(events)
+  assert decisions == scheduler_lib.replayed_decisions(asha, events)
+  assert decisions[('1', 0)] is True  # the first result of a rung always goes on
+  # With seed 7, trial 2's rung-0 accuracy is far above the others' (0.21 against 0.12 and
+  # 0.11 here): trial 3, not the best of the rung's 3 results, is stopped.
+  stopped = state.trial_ids('stopped')
+  assert stopped == ['3'], [(r.trial_id, r.rung, r.reward) for r in scheduler_lib.reports(events)]
+
+  # Trial 1: rung 0 (0 -> 10); its rung-1 attempt killed; the rerun resumed from step 10.
+  started = [(e['trial_id'], e['attempt'], e.get('rung')) for e in events
+             if e['event'] == 'started']
+  assert started[:3] == [('1', 1, 0), ('1', 2, 1), ('1', 3, 1)]
+  spent = scheduler_lib.compute_spent(events)
+  for trial in state.trial_ids('completed'):
+    rung_steps = [r['step'] for r in state.rungs[trial]] + [state.metrics[trial]['step']]
+    assert rung_steps == [10, 20]
+    assert state.metrics[trial]['resumed_from'] == 10
+    assert spent[trial]['steps'] == 20  # no recorded step trained twice
+    logged = _steps(job / trial / 'train_metrics.jsonl')
+    assert logged == sorted(set(logged)) and logged[-1] == 20
+  rows = {r['trial_id']: r for r in json.loads(resumed.stdout)}
+  for trial in stopped:
+    last = state.rungs[trial][-1]
+    assert (rows[trial]['status'], rows[trial]['step']) == ('stopped', last['step'])
+    assert rows[trial]['reward'] == last['reward']
+    assert rows[trial]['accuracy'] == last['metrics']['accuracy']
+    assert rows[trial]['latency_ms'] == last['metrics']['latency_ms'] > 0
+    assert spent[trial]['steps'] == last['step']
+    status = json.loads((job / trial / 'job_status.json').read_text())
+    assert status['status'] == 'stopped' and status['step'] == last['step']
+    analysis = json.loads((job / trial / 'model_analysis.json').read_text())
+    assert (analysis['rung'], analysis['step'], analysis['final']) == (last['rung'],
+                                                                       last['step'], False)
+  # Later rungs reuse the first rung's latency (the reward needs it; training does not change
+  # it).
+  for trial in state.trial_ids('completed'):
+    assert state.metrics[trial]['latency_ms'] == state.rungs[trial][0]['metrics']['latency_ms']
