@@ -671,7 +671,8 @@ def early_stopping(args) -> dict:
     for name in order:
       job = work / f"es_{name}_{seed}"
       result = search(job, work, *configs[name], "--max_parallel_nas_trial", "1", "--seed",
-                      str(seed), "--params_override", override, "--overwrite",
+                      str(seed), "--search_algorithm", "random", "--params_override", override,
+                      "--overwrite",
                       *NO_FINAL_EXPORT, target_ms=None)
       curve = _compute_curve(job, steps)
       runs.append({"seed": seed, "early_stopping": name, "wall_s": round(result["wall_s"], 1),

@@ -41,7 +41,7 @@ def test_rungs_are_min_steps_times_eta_powers_below_the_budget_then_the_budget()
   assert scheduler_lib.rung_steps(10, 3, 90) == [10, 30, 90]
   assert scheduler_lib.rung_steps(10, 2, 20) == [10, 20]
   assert scheduler_lib.rung_steps(50, 3, 20) == [20]  # one rung: the whole budget
-  assert scheduler_lib.rung_steps(None, 3, 100) == [11, 33, 99, 100]  # 100 // 9 = 11
+  assert scheduler_lib.rung_steps(None, 3, 100) == [12, 36, 100]  # ceil(100 / 9) = 12
   assert scheduler_lib.rung_steps(None, 3, 90) == [10, 30, 90]
   with pytest.raises(ValueError):
     scheduler_lib.rung_steps(10, 1, 100)

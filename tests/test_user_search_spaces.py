@@ -211,7 +211,7 @@ def test_two_trial_search_on_a_user_space_then_stage_2(cache, tmp_path):
   assert len(sizes) == 2  # two architectures of the user's space, two model sizes
   # One warm worker ran both trials: the module imported and registered once per process.
   assert sorted(os.listdir(job / "workers")) == ["worker-1.log"]
-  assert f"search {job}: tiny_mnasnet, random" in proc.stderr  # the search names the space
+  assert f"search {job}: tiny_mnasnet, tpe" in proc.stderr  # the search names the space
 
   # Stage 2 rebuilds trial 1's model from its trial_spec.json (the module) and nas_params.
   stage2 = tmp_path / "stage2"

@@ -114,8 +114,8 @@ EarlyStopping = Annotated[str, typer.Option(
     " --reduction_factor**k steps, report, and are stopped or go on from their checkpoint.")]
 MinSteps = Annotated[Optional[int], typer.Option(
     *flag("min_steps"), help="With --early_stopping: the steps a trial trains before its first"
-    " report (its first rung). Default: trainer.train_steps // reduction_factor**2 (rungs"
-    " at about 1/9, 1/3 and all of the budget).")]
+    " report (its first rung). Default: trainer.train_steps / reduction_factor**2, rounded"
+    " up (rungs at about 1/9, 1/3 and all of the budget).")]
 ReductionFactor = Annotated[Optional[int], typer.Option(
     *flag("reduction_factor"), help="With --early_stopping: each rung this many times the last;"
     " asha keeps the top 1/this of each rung (default 3).")]

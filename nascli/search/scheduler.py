@@ -55,7 +55,7 @@ class SchedulerSettings:
   """--early_stopping, --min_steps, --reduction_factor: part of the search's settings (a
   resumed search must decide as the first run did)."""
   name: str = 'none'
-  # The first rung: steps before a trial's first report; None: train_steps // eta**2.
+  # The first rung: steps before a trial's first report; None: ceil(train_steps / eta**2).
   min_steps: int | None = None
   reduction_factor: int = DEFAULT_REDUCTION_FACTOR  # eta: rung k is min_steps * eta**k
 
@@ -76,9 +76,10 @@ class Report:
 
 def rung_steps(min_steps: int | None, reduction_factor: int, train_steps: int) -> list[int]:
   """The steps a trial reports at: min_steps * eta**k below train_steps, then train_steps.
-  Without min_steps, train_steps // eta**2: rungs at about 1/eta**2, 1/eta and the whole."""
+  Without min_steps, ceil(train_steps / eta**2): rungs at about 1/eta**2, 1/eta and the whole
+  (rounded up, so that the rung below the whole is not a step or two short of it)."""
   if min_steps is None:
-    min_steps = max(1, train_steps // reduction_factor**2)
+    min_steps = max(1, -(-train_steps // reduction_factor**2))
   if min_steps < 1 or reduction_factor < 2:
     raise ValueError(f'min_steps {min_steps} must be >= 1 and reduction_factor'
                      f' {reduction_factor} >= 2')

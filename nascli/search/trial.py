@@ -47,7 +47,7 @@ class RungSpec:
   (scheduler.rung_steps: the steps depend on the trial's train_steps, known once its config is
   built)."""
   rung: int
-  min_steps: int | None  # None: train_steps // reduction_factor**2
+  min_steps: int | None  # None: ceil(train_steps / reduction_factor**2)
   reduction_factor: int
   # latency_ms, params, flops of the trial's first rung (from the journal), once reported.
   measured: dict[str, Any] = dataclasses.field(default_factory=dict)
