@@ -68,7 +68,8 @@ LOCAL_CASES = [
     (["--search_algorithm", "regularized_evolution", "--population_size", "3"],
      "--population_size (3) must be at least --tournament_size (5)"),
     (["--search_algorithm", "nsga2"],
-     "--search_algorithm nsga2 cannot optimize one scalar reward; use: random,"
+     "--search_algorithm nsga2 optimizes 2 or more objectives: give --objectives (e.g."
+     " accuracy:max,latency_ms:min), or for one scalar reward use: random,"
      " regularized_evolution, reinforce, tpe"),
     (["--search_algorithm", "reinforce", "--objectives", "accuracy:max,latency_ms:min"],
      "--search_algorithm reinforce cannot optimize 2 objectives (--objectives); use: nsga2,"

@@ -266,8 +266,12 @@ def _algorithm(values: dict[str, Any]) -> None:
   if count < fewest or (most is not None and count > most):
     able = [a for a, (_, (lo, hi)) in SEARCH_ALGORITHMS.items()
             if lo <= count and (hi is None or count <= hi)]
-    what = ("one scalar reward" if count == 1 else f"{count} objectives (--objectives)")
-    raise NascliError(f"--search_algorithm {name} cannot optimize {what}; use: {', '.join(able)}")
+    if count == 1:
+      raise NascliError(f"--search_algorithm {name} optimizes {fewest} or more objectives: give"
+                        f" --objectives (e.g. accuracy:max,latency_ms:min), or for one scalar"
+                        f" reward use: {', '.join(able)}")
+    raise NascliError(f"--search_algorithm {name} cannot optimize {count} objectives"
+                      f" (--objectives); use: {', '.join(able)}")
   given = {k: values[k] for k in ALGORITHM_DEFAULTS if values.get(k) is not None}
   for key in given:
     if key not in options:
