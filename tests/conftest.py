@@ -5,6 +5,7 @@ import json
 import os
 import signal
 import socket
+import struct
 import subprocess
 import sys
 import time
@@ -29,6 +30,14 @@ def read_examples(pattern: str | Path) -> list[dict]:
         rec[key] = list(getattr(feat, kind).value)
       out.append(rec)
   return out
+
+
+def png_size(path) -> tuple[int, int]:
+  """(width, height) of a PNG file, after checking it is one (its signature and IHDR chunk)."""
+  with open(path, "rb") as f:
+    head = f.read(24)
+  assert head[:8] == b"\x89PNG\r\n\x1a\n" and head[12:16] == b"IHDR", path
+  return struct.unpack(">II", head[16:24])
 
 
 def decode_image(encoded: bytes, channels: int = 0) -> np.ndarray:

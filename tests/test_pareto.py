@@ -10,9 +10,10 @@ import itertools
 import json
 import os
 import random
-import struct
 
 import pytest
+
+from conftest import png_size
 
 from nascli.errors import NascliError
 from nascli.search import journal as journal_lib
@@ -170,13 +171,6 @@ def test_hypervolume_equals_a_count_of_unit_cells(dims):
 # --------------------------------------------------------------------------- the outputs
 
 
-def _png_size(path):
-  with open(path, 'rb') as f:
-    head = f.read(24)
-  assert head[:8] == b'\x89PNG\r\n\x1a\n' and head[12:16] == b'IHDR'
-  return struct.unpack('>II', head[16:24])
-
-
 def test_journal_replays_list_rewards(job):
   _, state = job
   assert state.reward_vectors == {t: (a, -l) for t, (a, l) in MEASURED.items()}
@@ -231,7 +225,7 @@ def test_pareto_plot_is_a_png_with_the_front_and_the_target(job):
   job_dir, state = job
   results.update_all(job_dir, state, {})
   path = job_dir / 'pareto_front.png'
-  assert _png_size(path) == (800, 600)
+  assert png_size(path) == (800, 600)
   pixels = (image.imread(path)[..., :3] * 255).round()
 
   def count(rgb):  # pixels of one of matplotlib's tab: colours

@@ -9,12 +9,13 @@ import glob
 import json
 import os
 import random
-import struct
 import subprocess
 import sys
 import textwrap
 
 import pytest
+
+from conftest import png_size
 
 from nascli.app import main
 from nascli.search import journal as journal_lib
@@ -161,24 +162,17 @@ def test_tables_are_written_whole_and_equal_the_rows(job):
   assert not [n for n in os.listdir(job_dir) if n.endswith('.tmp')]
 
 
-def _png_size(path):
-  with open(path, 'rb') as f:
-    head = f.read(24)
-  assert head[:8] == b'\x89PNG\r\n\x1a\n' and head[12:16] == b'IHDR'
-  return struct.unpack('>II', head[16:24])
-
-
 def test_progress_plot_is_a_real_png(job):
   job_dir, state = job
   results.write_progress_plot(job_dir, results.trial_rows(job_dir, state))
   path = job_dir / 'search_progress.png'
-  assert _png_size(path) == (800, 450)
+  assert png_size(path) == (800, 450)
   assert os.path.getsize(path) > 10_000
   # A job with no finished trial still gets a plot (that says so).
   empty = job_dir.parent / 'empty'
   empty.mkdir()
   results.write_progress_plot(empty, [])
-  assert _png_size(empty / 'search_progress.png') == (800, 450)
+  assert png_size(empty / 'search_progress.png') == (800, 450)
   assert not [n for n in os.listdir(job_dir) if n.endswith('.tmp')]
 
 
