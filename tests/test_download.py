@@ -177,6 +177,22 @@ def test_file_digest(tmp_path):
   assert download.file_digest(str(path), "md5") == MD5
 
 
+def test_a_corrupt_copy_already_saved_is_named_not_asked_for_again(tmp_path):
+  """The hint "save it as PATH" when PATH is already there: say it fails its checksum."""
+  saved = tmp_path / "x.tar.gz"
+  saved.write_bytes(b"not the archive")
+  with pytest.raises(DownloadError) as exc:
+    download.fetch("http://127.0.0.1:9/x", tmp_path, "x.tar.gz", md5=MD5, progress=False,
+                   timeout=2)
+  msg = str(exc.value)
+  assert msg.startswith("could not download http://127.0.0.1:9/x (")
+  assert msg.endswith(f"; the file already at {saved} fails its md5 checksum (expected {MD5},"
+                      f" got {download.file_digest(saved, 'md5')}): replace it with a good"
+                      " copy, or pass --source PATH")
+  assert "save it as" not in msg
+  assert saved.read_bytes() == b"not the archive"  # a failed download loses nothing
+
+
 def test_failed_download_removes_the_folders_it_made(tmp_path):
   dest = tmp_path / "cache" / "nascli" / "downloads"
   with pytest.raises(DownloadError):

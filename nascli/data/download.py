@@ -177,8 +177,13 @@ def fetch(url: str, dest_dir: str | Path, filename: str, *,
 
   if final.is_file():
     actual = {algo: file_digest(final, algo) for algo in expected}
-    if _mismatch(expected, actual) is None:
+    wrong = _mismatch(expected, actual)
+    if wrong is None:
       return final
+    # A copy saved where the hint says, but corrupt: saying "save it there" again would not help.
+    algo, want, got = wrong
+    hint = (f"the file already at {where} fails its {algo} checksum (expected {want}, got"
+            f" {got}): replace it with a good copy, or pass --source PATH")
 
   if urllib.parse.urlsplit(url).scheme.lower() not in ("http", "https"):
     raise DownloadError(f"could not download {_show(url)} (unsupported URL "
