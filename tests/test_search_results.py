@@ -176,6 +176,27 @@ def test_progress_plot_is_a_real_png(job):
   assert not [n for n in os.listdir(job_dir) if n.endswith('.tmp')]
 
 
+def test_progress_plot_legend_covers_no_point():
+  """The last trial, with a low reward, sits at the lower right: where the legend used to be."""
+  rows = [{'trial_id': str(i), 'status': 'completed', 'reward': 0.5 + 0.04 * i}
+          for i in range(1, 9)]
+  rows += [{'trial_id': '9', 'status': 'stopped', 'reward': 0.3},
+           {'trial_id': '10', 'status': 'failed', 'reward': None},
+           {'trial_id': '11', 'status': 'completed', 'reward': 0.1}]
+  fig = results.progress_figure('job', rows)
+  renderer = fig.canvas.get_renderer()
+  ax, = fig.axes
+  legend = ax.get_legend().get_window_extent(renderer)
+  points = [xy for c in ax.collections for xy in c.get_offset_transform().transform(
+      c.get_offsets())]
+  assert len(points) == 11
+  margin = 5  # pixels: a marker's radius
+  covered = [(x, y) for x, y in points if legend.x0 - margin <= x <= legend.x1 + margin
+             and legend.y0 - margin <= y <= legend.y1 + margin]
+  assert covered == []
+  assert legend.x1 <= fig.bbox.x1  # and the legend is not cut off the figure either
+
+
 def test_hparam_values_are_the_literals_as_strings():
   assert results.hparam_value('1/3 (3)') == '3'
   assert results.hparam_value("0/2 ('conv')") == 'conv'

@@ -281,14 +281,22 @@ def write_progress_plot(job_dir: str | os.PathLike[str],
                         rows: Sequence[Mapping[str, Any]]) -> None:
   """`search_progress.png`: each completed trial's reward, the best so far, failed trials, and
   trials stopped early at their last rung's reward (hollow, not in the best so far)."""
+  job_dir = os.fspath(job_dir)
+  _remove_leftovers(job_dir, PROGRESS_PLOT)
+  fig = progress_figure(_job_dir(job_dir).rsplit('/', 1)[-1], rows)
+  buffer = io.BytesIO()
+  fig.savefig(buffer, format='png')
+  _atomic_write(storage.join(job_dir, PROGRESS_PLOT), buffer.getvalue(), 'image/png')
+
+
+def progress_figure(name: str, rows: Sequence[Mapping[str, Any]]) -> Any:
+  """The matplotlib Figure of write_progress_plot, for the job named `name`."""
   # pylint: disable=g-import-not-at-top
   # Figure + the Agg canvas directly, not pyplot: no global backend switch, no GUI, no state
   # shared with whoever else in the process plots.
   from matplotlib.backends.backend_agg import FigureCanvasAgg
   from matplotlib.figure import Figure
   from matplotlib.ticker import MaxNLocator
-  job_dir = os.fspath(job_dir)
-  _remove_leftovers(job_dir, PROGRESS_PLOT)
   xs = _trial_numbers(rows)
   done = [(x, r['reward']) for x, r in zip(xs, rows)
           if r['status'] == COMPLETED and r.get('reward') is not None]
@@ -299,7 +307,6 @@ def write_progress_plot(job_dir: str | os.PathLike[str],
   fig = Figure(figsize=(8, 4.5), dpi=100)
   FigureCanvasAgg(fig)
   ax = fig.add_subplot()
-  name = _job_dir(job_dir).rsplit('/', 1)[-1]
   if done:
     dx, dy = zip(*done)
     ax.scatter(dx, dy, s=22, color='tab:blue', zorder=3, label='reward')
@@ -335,11 +342,11 @@ def write_progress_plot(job_dir: str | os.PathLike[str],
   ax.xaxis.set_major_locator(MaxNLocator(integer=True))
   ax.grid(alpha=0.3)
   if done or failed or stopped:
-    ax.legend(loc='lower right', fontsize=8)
+    # Outside the axes, on the right: inside, wherever it went, some search's points (the last
+    # trial's, at the right end, with 'lower right') would be under it.
+    ax.legend(loc='upper left', bbox_to_anchor=(1.01, 1), borderaxespad=0, fontsize=8)
   fig.tight_layout()
-  buffer = io.BytesIO()
-  fig.savefig(buffer, format='png')
-  _atomic_write(storage.join(job_dir, PROGRESS_PLOT), buffer.getvalue(), 'image/png')
+  return fig
 
 
 def write_pareto(job_dir: str | os.PathLike[str], state: JobState,
