@@ -1,5 +1,6 @@
 """The `nascli` root command and `main()`, which turns known errors into one-line messages."""
 
+import os
 import sys
 import traceback
 from typing import Annotated, Callable, Optional
@@ -8,7 +9,7 @@ import typer
 
 from nascli import interrupts, runtime
 from nascli.commands import examples
-from nascli.commands.help_layout import NascliCommand, NascliGroup
+from nascli.commands.help_layout import NascliCommand, NascliGroup, UsageError
 from nascli.commands.options import normalize_token
 from nascli.errors import NascliError
 
@@ -143,8 +144,13 @@ def main(argv: list[str] | None = None) -> int:
     # reaches the mapping below.
     with interrupts.handled():
       app(args=argv, prog_name="nascli", standalone_mode=True)
+    sys.stdout.flush()
     return 0
+  except BrokenPipeError:
+    return _stdout_closed()
   except SystemExit as e:
+    if isinstance(e.__context__, BrokenPipeError):  # Rich and Typer exit 1 on it
+      return _stdout_closed()
     interrupt = _interrupt_behind(e)  # Typer turns KeyboardInterrupt into a silent exit 130
     if interrupt is None:
       return e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
@@ -157,12 +163,29 @@ def main(argv: list[str] | None = None) -> int:
     return _report_error(e, debug)
 
 
+# What a shell reports for a command killed by SIGPIPE (128 + 13), as `yes | head -1` gives.
+STDOUT_CLOSED_EXIT = 141
+
+
+def _stdout_closed() -> int:
+  """stdout's reader went away (`nascli --help | head -1`): what it read stays printed, nothing
+  more is said, and what is still buffered goes nowhere instead of failing at exit."""
+  try:
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+  except (OSError, ValueError):  # no file descriptor (a test's captured stdout)
+    pass
+  return STDOUT_CLOSED_EXIT
+
+
 def _report_error(error: Exception, debug: bool) -> int:
-  """Known errors as one line naming the culprit, exit 1; anything else says it is unexpected."""
+  """Known errors as one line naming the culprit, exit 1 (2 for a usage error, as Click's);
+  anything else says it is unexpected."""
   if debug:
     traceback.print_exception(error)
   if isinstance(error, NascliError):
     print(f"Error: {_one_line(error)}", file=sys.stderr)
+    return 2 if isinstance(error, UsageError) else 1
   elif isinstance(error, OSError):
     culprit = f": {error.filename}" if getattr(error, "filename", None) else ""
     print(f"Error: {_one_line(error.strerror or error)}{culprit}", file=sys.stderr)

@@ -2,12 +2,14 @@
 
 Rich fits a table to 80 columns when stdout is not a terminal, cutting paths to `…`; a script
 that reads a piped table needs it whole, so off a terminal the result console has no width limit.
+Likewise Rich breaks a message at 80 columns in a log file (`... (step 30, reward` / `0.06685)`),
+which spoils grep: off a terminal, the log console writes one message as one line.
 """
 
 import math
 import os
 
-from rich.console import Console
+from rich.console import Console, ConsoleDimensions
 
 _UNLIMITED = 100_000
 # Off a terminal, long commands (convert-data, search_in_local, search) print a progress line on
@@ -27,8 +29,22 @@ def stdout() -> Console:
   return whole(Console())
 
 
+class _LogConsole(Console):
+  """A console whose width is the terminal's on one, unlimited off one. Decided at each print,
+  not when the console is made: a module-level console may be made before stderr is redirected
+  (and a test swaps sys.stderr)."""
+
+  def _size(self) -> ConsoleDimensions:
+    size = Console.size.fget(self)
+    return size if self.is_terminal else ConsoleDimensions(_UNLIMITED, size.height)
+
+  size = property(_size, Console.size.fset)
+
+
 def stderr() -> Console:
-  return Console(stderr=True)
+  """The console for progress and log lines: wrapped to a terminal, one line per message off
+  one."""
+  return _LogConsole(stderr=True)
 
 
 def progress_seconds() -> float:

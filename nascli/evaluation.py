@@ -4,13 +4,12 @@ import contextlib
 import dataclasses
 import os
 
-from rich.console import Console
-
+from nascli import console
 from nascli import interrupts
 from nascli import storage
 from nascli.errors import NascliError
 
-stderr = Console(stderr=True)
+stderr = console.stderr()
 # How the THOR result line names each metric of Model Garden's tasks.
 RESULT_KEYS = {"top_5_accuracy": "top_5_accuracy", "accuracy": "top_1_accuracy",
                "AP": "AP", "AP50": "AP50", "AP75": "AP75"}

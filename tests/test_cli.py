@@ -1,6 +1,9 @@
 """The command line contract: spellings, exit codes, one-line errors, stdout vs stderr."""
 
 import json
+import os
+import subprocess
+import sys
 
 from conftest import nascli_subprocess
 
@@ -90,3 +93,33 @@ def test_python_dash_m_is_the_console_script_and_debug_shows_traceback(tmp_path)
   assert debug.returncode == 1
   assert "Traceback (most recent call last)" in debug.stderr
   assert debug.stderr.strip().endswith(f"Error: output dir {f} is a file")
+
+
+def test_help_into_a_closed_pipe_ends_quietly(tmp_path):
+  """`nascli --help | head -1`: the usage line is the first line, and a reader that went away
+  ends nascli quietly with the shell's SIGPIPE code, not exit 1."""
+  # A reader that has gone before nascli writes: every write fails.
+  read, write = os.pipe()
+  os.close(read)
+  try:
+    proc = subprocess.run([sys.executable, "-m", "nascli", "--help"], stdout=write,
+                          stderr=subprocess.PIPE, text=True, check=False)
+  finally:
+    os.close(write)
+  assert (proc.returncode, proc.stderr) == (141, "")
+  # `head -1`: the first line is the usage line, whether nascli was still writing or not.
+  head = subprocess.run(["sh", "-c", f"'{sys.executable}' -m nascli --help | head -1"],
+                        capture_output=True, text=True, check=False)
+  assert head.stdout.strip() == "Usage: nascli [OPTIONS] COMMAND [ARGS]..."
+
+
+def test_a_log_message_off_a_terminal_is_one_line(tmp_path):
+  """With stderr in a file, Rich would break a message at 80 columns, which spoils grep."""
+  message = ("trial 3: --early_stopping asha stopped it at rung 1 (step 30, reward 0.06685);"
+             " the next rung would have been step 90")
+  script = ("import sys; from nascli import console, evaluation;"
+            " console.stderr().print(sys.argv[1]); evaluation.stderr.print(sys.argv[1])")
+  with open(tmp_path / "log", "w", encoding="utf-8") as log:
+    subprocess.run([sys.executable, "-c", script, message], stderr=log, check=True,
+                   env=dict(os.environ, COLUMNS=""))
+  assert (tmp_path / "log").read_text().splitlines() == [message, message]

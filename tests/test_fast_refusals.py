@@ -46,17 +46,17 @@ def _cases(tmp):
   (model / "export" / "image_tensor" / "saved_model").mkdir()
   missing = tmp / "missing"
   return [
-      ("mode", ["train", "--mode", "bogus"], 1,
+      ("mode", ["train", "--mode", "bogus"], 2,
        "unknown --mode 'bogus'; known: train, train_and_eval, train_and_post_eval"),
-      ("mode_typo", ["train", "--mode", "trian"], 1,
+      ("mode_typo", ["train", "--mode", "trian"], 2,
        "unknown --mode 'trian' (did you mean 'train'?); known: train, train_and_eval,"
        " train_and_post_eval"),
-      ("model", ["train", "--model", "resnet"], 1,
+      ("model", ["train", "--model", "resnet"], 2,
        "unknown --model 'resnet' (did you mean 'retinanet'?); known: classification, retinanet"),
-      ("strategy", ["train", "--strategy", "mirror"], 1,
+      ("strategy", ["train", "--strategy", "mirror"], 2,
        "unknown --strategy 'mirror' (did you mean 'mirrored'?); known: one_device, mirrored,"
        " multi_worker_mirrored"),
-      ("search_space", ["train", "--search_space", "spinet"], 1,
+      ("search_space", ["train", "--search_space", "spinet"], 2,
        "unknown --search_space 'spinet' (did you mean 'spinenet'?); known: mnasnet, spinenet"),
       ("seed", ["train", "--seed", "-1"], 1,
        "--seed -1 is out of range; allowed: 0 to 2**32 - 1"),
@@ -104,7 +104,7 @@ def _cases(tmp):
        f"--output {missing}/m.json: folder {missing} does not exist"),
       ("export_model_dir", ["export", "--model_dir", str(missing)], 1,
        f"--model_dir {missing} does not exist"),
-      ("export_input_type", ["export", "--model_dir", str(model), "--input_type", "bytes"], 1,
+      ("export_input_type", ["export", "--model_dir", str(model), "--input_type", "bytes"], 2,
        "unknown --input_type 'bytes' (did you mean 'image_bytes'?); known: image_tensor,"
        " image_bytes, tf_example"),
       ("export_size", ["export", "--model_dir", str(model), "--input_image_size", "32"], 1,
@@ -143,7 +143,7 @@ def test_refused_before_tensorflow_loads(refusals, name):
   code, message, (got_code, stderr, tensorflow_loaded) = refusals[name]
   assert not tensorflow_loaded, stderr
   assert got_code == code, stderr
-  if code == 2:  # Typer's usage error box names the flag
+  if message.startswith("...") and code == 2:  # Typer's usage error box names the flag
     assert message[3:] in stderr
     return
   assert stderr.endswith("\n") and stderr.count("\n") == 1, stderr

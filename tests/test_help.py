@@ -237,3 +237,79 @@ def test_a_mistyped_command_is_told_the_shown_names_only():
   assert proc.returncode == 2
   assert "No such command 'serch_in_local'. Did you mean 'search_in_local'?" in proc.stderr
   assert "search-in-local" not in proc.stderr
+
+
+def _boolean_flags():
+  """(command, option, its default) for every boolean flag of every command, from the commands
+  themselves."""
+  group, root = _root()
+  for command in COMMANDS:
+    for p in group.get_command(root, command).get_params(root):
+      if getattr(p, "is_bool_flag", False) and p.expose_value and not p.hidden:
+        yield command, p.name, p.opts[0], p.default
+
+
+def test_every_boolean_flag_takes_vertexs_values():
+  """`--use_prebuilt_trainer=True`, `--use_cache=false`, `--overwrite true` as Vertex's users
+  type them, and the bare flag, for every boolean of every command."""
+  required = {"build": ["--project_id", "p", "--region", "r"], "export": ["--model_dir", "m"],
+              "convert-data": ["digits"], "list_trials": ["job"]}
+  spellings = [([], True)] + [([f"={w}"], True) for w in ("true", "True", "1")] + [
+      ([f"={w}"], False) for w in ("false", "False", "0")] + [
+          ([" ", "true"], True), ([" ", "False"], False), ([" ", "0"], False)]
+  group, root = _root()
+  flags = list(_boolean_flags())
+  assert len(flags) >= 20 and ("search_in_local", "use_prebuilt_trainer",
+                               "--use_prebuilt_trainer", True) in flags
+  for command, name, option, _ in flags:
+    cmd = group.get_command(root, command)
+    for words, want in spellings:
+      args = [option + "".join(words)] if words[:1] != [" "] else [option, words[1]]
+      params = cmd.make_context(command, [*required.get(command, []), *args], parent=root).params
+      if name in fastnn_options.BOOL_KEYS:  # FastNN's three states: unset, on, off
+        got = False if params[f"no_{name}"] else params[name]
+      else:
+        got = params[name]
+      assert got is want, (command, args)
+
+
+def test_a_false_boolean_value_turns_off_a_flag_that_has_no_negative():
+  assert parse("search_in_local", "--use_prebuilt_trainer=False")["use_prebuilt_trainer"] is False
+  assert parse("search_in_local")["use_prebuilt_trainer"] is True
+  # The last one given wins, as for any option.
+  assert parse("search_in_local", "--overwrite=false", "--overwrite")["overwrite"] is True
+  assert parse("search_in_local", "--overwrite", "--overwrite=0")["overwrite"] is False
+  # A value that only looks like a bool, given to an option that takes a value, is left alone.
+  assert parse("list_trials", "job", "--status", "--json")["status"] == ["--json"]
+
+
+def test_a_bad_boolean_value_is_a_usage_error_naming_the_flag(cli):
+  code, out, err = cli("search_in_local", "--overwrite=maybe")
+  assert (code, out) == (2, "")
+  assert err.startswith("Usage: nascli search_in_local [OPTIONS]\n")
+  assert ("Invalid value for '--overwrite': 'maybe' is not a boolean; give --overwrite, or"
+          " --overwrite=true|True|1|false|False|0") in flat(err)
+
+
+def test_helps_first_line_is_the_usage_line(cli, monkeypatch):
+  for command in ("", "train"):
+    out = help_text(cli, monkeypatch, 80, *filter(None, [command]))
+    assert out.splitlines()[0].startswith(f" Usage: nascli {command}".rstrip())
+
+
+@pytest.mark.parametrize("args, message", [
+    (["list_trials", "job", "--status", "complete"],
+     "Error: unknown --status 'complete' (did you mean 'completed'?); known: completed,"),
+    (["train", "--mode", "bogus"],
+     "Error: unknown --mode 'bogus'; known: train, train_and_eval, train_and_post_eval"),
+    (["export", "--model_dir", ".", "--input_type", "bytes"],
+     "Error: unknown --input_type 'bytes' (did you mean 'image_bytes'?); known: image_tensor,"),
+    (["search_in_local", "--search_algorithm", "tpee"],
+     "Error: unknown --search_algorithm 'tpee' (did you mean 'tpe'?); known:"),
+])
+def test_every_bad_choice_is_refused_alike_as_a_usage_error(cli, args, message):
+  """One rule for a value outside an option's choices: one line naming it, exit 2 (the usage
+  errors' code, as for Click's own)."""
+  code, out, err = cli(*args)
+  assert (code, out, err.count("\n")) == (2, "", 1), err
+  assert err.startswith(message), err

@@ -6,12 +6,22 @@ spellings is the root context's `token_normalize_func` (nascli/commands/options.
 
 import difflib
 import re
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Optional, Sequence
 
 import typer
 from typer.core import TyperArgument, TyperCommand, TyperGroup
 
 from nascli.commands.options import normalize_option
+from nascli.errors import NascliError
+
+# The values Vertex's `vertex_nas_cli.py` users give a boolean flag (`--use_cache=false`).
+TRUE_WORDS = ("true", "True", "1")
+FALSE_WORDS = ("false", "False", "0")
+
+
+class UsageError(NascliError):
+  """A value outside an option's choices (`--mode bogus`): one line, exit 2, as Click's usage
+  errors; `NascliCommand.invoke` makes one of a NascliError naming the command's own option."""
 
 
 def _unique(opts: list[str], taken: set[str]) -> list[str]:
@@ -65,11 +75,27 @@ class _HelpLayout:
   def format_help(self, ctx, formatter) -> None:
     from typer import rich_utils  # pylint: disable=g-import-not-at-top
     typer_table = rich_utils.Table
+    typer_padding = rich_utils.Padding
     rich_utils.Table = _options_table_class(typer_table)
+    rich_utils.Padding = _UsageFirst(typer_padding)
     try:
       super().format_help(ctx, formatter)
     finally:
-      rich_utils.Table = typer_table
+      rich_utils.Table, rich_utils.Padding = typer_table, typer_padding
+
+
+class _UsageFirst:
+  """Typer pads the usage line by one line above it: the help's first line would be blank, and
+  `nascli --help | head -1` would show nothing. The usage line is the first line here."""
+
+  def __init__(self, padding: type):
+    self.padding, self.first = padding, True
+
+  def __call__(self, renderable, pad=(0, 0, 0, 0), **kwargs):
+    if self.first and pad == 1:
+      pad = (0, 1, 1, 1)
+    self.first = False
+    return self.padding(renderable, pad, **kwargs)
 
 
 class NascliGroup(_HelpLayout, TyperGroup):
@@ -122,12 +148,95 @@ class NascliCommand(_HelpLayout, TyperCommand):
       formatter.write_usage(ctx.command_path, line, prefix="       ")
 
   def parse_args(self, ctx, args: list[str]) -> list[str]:
-    if self.args_hook is not None:
-      takes_value = frozenset(o for p in self.params if not getattr(p, "is_flag", True)
-                              for o in p.opts)
-      try:
+    takes_value = frozenset(o for p in self.params if not getattr(p, "is_flag", True)
+                            for o in p.opts)
+    try:
+      if self.args_hook is not None:
         args = self.args_hook(args, takes_value)
-      except typer.BadParameter as e:
-        e.ctx = e.ctx or ctx  # so that the message comes with the usage line, as Click's do
-        raise
-    return super().parse_args(ctx, args)
+      args, off = bool_values_as_flags(self.params, args, takes_value)
+    except typer.BadParameter as e:
+      e.ctx = e.ctx or ctx  # so that the message comes with the usage line, as Click's do
+      raise
+    rest = super().parse_args(ctx, args)
+    ctx.params.update(dict.fromkeys(off, False))
+    return rest
+
+  def invoke(self, ctx):
+    """A command's check that refuses a value of one of its options (`unknown --mode 'bogus'`,
+    the wording of checks.one_of) is a usage error, exit 2, like Click's own."""
+    try:
+      return super().invoke(ctx)
+    except NascliError as e:
+      if not isinstance(e, UsageError) and _refuses_own_option(str(e), self.params):
+        raise UsageError(str(e)) from e
+      raise
+
+
+def _refuses_own_option(message: str, params: Sequence[Any]) -> bool:
+  match = re.match(r"unknown (--\w+) ", message)
+  return bool(match) and any(match.group(1) in getattr(p, "opts", ()) for p in params)
+
+
+def bool_values_as_flags(params: Sequence[Any], args: Sequence[str],
+                         takes_value: frozenset[str] = frozenset()
+                         ) -> tuple[list[str], list[str]]:
+  """Vertex's `--flag=true|false|True|False|1|0` and `--flag false` for every boolean flag.
+
+  Click's flags take no value. A true value becomes the bare flag; a false one its negative
+  spelling (`--no_use_cache`, or a declared `--no_NAME`), or, for a flag that has none, is
+  dropped and reported so that the caller sets the parameter to False.
+
+  Args:
+    params: the command's parameters; their boolean flags are the ones rewritten.
+    args: the command's arguments, before Click parses them; nothing after `--` is touched.
+    takes_value: options whose next argument is their value, left alone even if it looks like
+      a flag.
+
+  Returns:
+    The rewritten arguments, and the names of the parameters a false value without a negative
+    spelling turned off.
+
+  Raises:
+    typer.BadParameter: `--flag=VALUE` with another value.
+  """
+  flags = {o: p for p in params if getattr(p, "is_bool_flag", False) and p.expose_value
+           for o in p.opts if o.startswith("--")}
+  negatives = {o for p in params for o in (*getattr(p, "opts", ()),
+                                           *getattr(p, "secondary_opts", ()))}
+  out: list[str] = []
+  off: dict[str, bool] = {}
+  i = 0
+  while i < len(args):
+    token = args[i]
+    i += 1
+    if token == "--":
+      out += args[i - 1:]
+      break
+    name, eq, value = token.partition("=")
+    option = normalize_option(name)
+    if option in takes_value and not eq:
+      out += args[i - 1:i + 1]
+      i += 1
+      continue
+    param = flags.get(option)
+    if param is None:
+      out.append(token)
+      continue
+    if not eq and i < len(args) and args[i] in TRUE_WORDS + FALSE_WORDS:
+      value, eq = args[i], "="
+      i += 1
+    if eq and value not in TRUE_WORDS + FALSE_WORDS:
+      raise typer.BadParameter(f"{value!r} is not a boolean; give {option}, or"
+                               f" {option}={'|'.join(TRUE_WORDS + FALSE_WORDS)}",
+                               param_hint=f"'{option}'")
+    on = not eq or value in TRUE_WORDS
+    negative = next(iter(param.secondary_opts), None) or (
+        f"--no_{option[2:]}" if f"--no_{option[2:]}" in negatives else None)
+    off.pop(param.name, None)
+    if on:
+      out.append(option)
+    elif negative:
+      out.append(negative)
+    else:
+      off[param.name] = True
+  return out, list(off)
