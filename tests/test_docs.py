@@ -42,24 +42,30 @@ _URL = re.compile(r"\b(?:https?|ftp)://", re.I)
 _HEADING = re.compile(r"^\s{0,3}(#{1,6})\s+(.*?)\s*#*\s*$")
 
 
+def fences(text: str) -> list[tuple[int, str, list[str]]]:
+  """Each fenced code block: (the index of its opening fence line, the fence's info string,
+  e.g. `bash`, and the block's lines). tests/test_docs_run.py runs them."""
+  out, open_at = [], None
+  lines = text.splitlines()
+  for i, line in enumerate(lines):
+    if _FENCE.match(line):
+      if open_at is None:
+        open_at = i
+      else:
+        info = _FENCE.sub("", lines[open_at], count=1).strip()
+        out.append((open_at, info, lines[open_at + 1:i]))
+        open_at = None
+  assert open_at is None, "a fenced code block is never closed"
+  return out
+
+
 def _split(text: str) -> tuple[list[str], list[list[str]]]:
   """(prose lines with fenced code blanked, the fenced blocks' lines)."""
-  prose, blocks, block = [], [], None
-  for line in text.splitlines():
-    if _FENCE.match(line):
-      if block is None:
-        block = []
-      else:
-        blocks.append(block)
-        block = None
-      prose.append("")
-    elif block is not None:
-      block.append(line)
-      prose.append("")
-    else:
-      prose.append(line)
-  assert block is None, "a fenced code block is never closed"
-  return prose, blocks
+  prose = text.splitlines()
+  blocks = fences(text)
+  for start, _, block in blocks:
+    prose[start:start + len(block) + 2] = [""] * (len(block) + 2)
+  return prose, [block for _, _, block in blocks]
 
 
 def _prose_without_code(text: str) -> str:
