@@ -6,15 +6,24 @@ knows what was going on, leaves its files in a resumable state (a checkpoint, `i
 job_status.json, a journal event) and re-raises it with `Interrupted.of(e, what, resume)`;
 `nascli.app.main` prints the line. A second signal while that cleanup runs ends the process at
 once, as users expect of a second Ctrl-C.
+
+Python runs a signal handler only in the main thread, between bytecodes: not while that thread
+waits in a graph call such as a whole training loop. `acted_on_at_once` has a thread act on the
+signal as it arrives (see there).
 """
 
 import contextlib
 import os
 import signal
 import threading
+from typing import Callable
 
 _SIGNALS = (signal.SIGINT, signal.SIGTERM)
 _received: list[int] = []
+# Whether the first signal's "stopping" line is already on stderr (said by acted_on_at_once).
+_announced: list[bool] = []
+# Set by `relayed`: a repeated signal is the same interrupt, not a second one.
+_relayed: list[bool] = []
 
 
 class Interrupted(KeyboardInterrupt):
@@ -67,10 +76,29 @@ def received() -> int | None:
   return _received[0] if _received else None
 
 
+def _name(signum: int) -> str:
+  return "Ctrl-C" if signum == signal.SIGINT else signal.Signals(signum).name
+
+
+def _stop_now(signum: int) -> None:
+  os.write(2, b"\nInterrupted again: stopping at once.\n")
+  os._exit(128 + signum)  # pylint: disable=protected-access
+
+
+def relayed() -> None:
+  """Signals reach this process twice: a search's trial worker gets a Ctrl-C from the terminal
+  (its process group) and again from its driver, which passes each interrupt on. The repeat is
+  not taken for a second Ctrl-C, which would end the trial before it records `interrupted` at
+  its checkpoint; a user's second Ctrl-C ends the driver at once, and its workers with it."""
+  if not _relayed:
+    _relayed.append(True)
+
+
 def _handle(signum, frame):  # pylint: disable=unused-argument
   if _received:
-    os.write(2, b"\nInterrupted again: stopping at once.\n")
-    os._exit(128 + signum)  # pylint: disable=protected-access
+    if _relayed:
+      return  # the same interrupt, passed on: the first is being acted on
+    _stop_now(signum)
   _received.append(signum)
   raise Interrupted(signum)
 
@@ -101,8 +129,9 @@ def deferred(doing: str):
     except KeyboardInterrupt as e:
       if not pending:
         pending.append(e)
-        name = "Ctrl-C" if signum == signal.SIGINT else signal.Signals(signum).name
-        os.write(2, f"\n{name}: stopping after {doing}; {name} again stops at once\n".encode())
+        if not _announced:
+          name = _name(signum)
+          os.write(2, f"\n{name}: stopping after {doing}; {name} again stops at once\n".encode())
 
   for signum in handlers:
     signal.signal(signum, defer)
@@ -123,9 +152,72 @@ def handled():
     yield
     return
   _received.clear()
+  _announced.clear()
   previous = {signum: signal.signal(signum, _handle) for signum in _SIGNALS}
   try:
     yield
   finally:
     for signum, handler in previous.items():
       signal.signal(signum, handler)
+
+
+@contextlib.contextmanager
+def acted_on_at_once(on_first: Callable[[int], str]):
+  """Inside the block, a SIGINT or SIGTERM is acted on as it arrives, even while the main thread
+  waits in a graph call (where Python's handler would run only when the call returns: after a
+  training loop of thousands of steps, minutes later).
+
+  A thread reads the signal from `signal.set_wakeup_fd`'s pipe, written by Python's C-level
+  handler at once. On the first, it calls `on_first(signum)` (e.g. to make the train loop end at
+  its next step), which returns what is being done ("stopping at the next step"), and says so on
+  stderr; a second one ends the process at once. nascli's handler (`handled`) still raises
+  `Interrupted` in the main thread as usual, where the command cleans up. Only under `handled`,
+  in the main thread; elsewhere the block runs as it is.
+  """
+  if (threading.current_thread() is not threading.main_thread()
+      or signal.getsignal(signal.SIGINT) is not _handle):
+    yield
+    return
+  read_fd, write_fd = os.pipe()
+  os.set_blocking(write_fd, False)  # set_wakeup_fd's requirement
+  previous = signal.set_wakeup_fd(write_fd, warn_on_full_buffer=False)
+  seen = len(_received)  # one already handled: the next one is the second
+
+  def watch():
+    nonlocal seen
+    while True:
+      data = os.read(read_fd, 64)
+      if previous != -1:  # whoever had the wakeup fd before gets its bytes too
+        try:
+          os.write(previous, data)
+        except OSError:
+          pass
+      for signum in data:
+        if signum == 0:  # the end of the block
+          return
+        if signum not in _SIGNALS:
+          continue
+        seen += 1
+        if seen > 1:
+          if _relayed:
+            continue
+          _stop_now(signum)
+        try:
+          doing = on_first(signum)
+        except Exception as e:  # pylint: disable=broad-except
+          doing = f"stopping ({type(e).__name__}: {e})"
+        _announced.append(True)
+        name = _name(signum)
+        os.write(2, f"\n{name}: {doing}; {name} again stops at once\n".encode())
+
+  watcher = threading.Thread(target=watch, name="nascli-signal-watcher", daemon=True)
+  watcher.start()
+  try:
+    yield
+  finally:
+    signal.set_wakeup_fd(previous)
+    os.write(write_fd, b"\0")
+    watcher.join(timeout=5)
+    os.close(write_fd)
+    if not watcher.is_alive():
+      os.close(read_fd)

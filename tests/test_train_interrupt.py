@@ -23,6 +23,12 @@ TRAIN_STEPS = 120
 # step was saved by the interrupt.
 OVERRIDE = (f"trainer.train_steps={TRAIN_STEPS},trainer.steps_per_loop=10,"
             "trainer.checkpoint_interval=1000")
+# One training loop of all the steps: an interrupt that waited for the end of the loop would stop
+# only at its end (the issue: minutes with steps_per_loop 1,222).
+ONE_LOOP_STEPS = 120
+ONE_LOOP = (f"trainer.train_steps={ONE_LOOP_STEPS},trainer.steps_per_loop={ONE_LOOP_STEPS},"
+            f"trainer.checkpoint_interval={10 * ONE_LOOP_STEPS}")
+_STOPPING = "\nCtrl-C: stopping at the next step; Ctrl-C again stops at once\n"
 STEPS_PER_EPOCH = 1438 // 32
 _LINE = re.compile(r"^Interrupted \((Ctrl-C|SIGTERM)\): training (\S+) at step (\d+) \(checkpoint"
                    r" saved\); run the same command again to resume from step (\d+)$")
@@ -70,23 +76,79 @@ def _interrupt_training(args, model_dir, err_path, signum):
     return code, f.read()
 
 
-def test_sigint_saves_a_checkpoint_there_and_the_rerun_resumes_from_it(digits32, tmp_path):
+def _cpu_ticks(stat_path):
+  """utime + stime of a process or thread, from its /proc stat file."""
+  with open(stat_path, encoding="ascii") as f:
+    fields = f.read().rsplit(")", 1)[1].split()
+  return int(fields[11]) + int(fields[12])
+
+
+def _start_in_one_loop(args, err):
+  """Starts `nascli train` and returns it once its training loop runs steps.
+
+  The loop is one graph call, which reports nothing before its end: it runs once the main thread
+  idles (waiting in that call) while the process works (TensorFlow's threads run the steps), for
+  two seconds in a row. Before it, tracing the loop keeps the main thread busy.
+  """
+  proc = subprocess.Popen([sys.executable, "-m", "nascli", *args, "--verbose"],
+                          stdout=subprocess.DEVNULL, stderr=err,
+                          env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3"))
+  main, whole = f"/proc/{proc.pid}/task/{proc.pid}/stat", f"/proc/{proc.pid}/stat"
+  deadline = time.monotonic() + 300
+  while time.monotonic() < deadline and proc.poll() is None:  # Orbit's line before the loop
+    with open(err.name, encoding="utf-8") as f:
+      if "training until step" in f.read():
+        break
+    time.sleep(0.1)
+  try:
+    idle_for, last = 0, (_cpu_ticks(main), _cpu_ticks(whole))
+    while time.monotonic() < deadline and idle_for < 4:
+      time.sleep(0.5)
+      now = (_cpu_ticks(main), _cpu_ticks(whole))
+      idle_for = idle_for + 1 if now[0] - last[0] <= 1 and now[1] - last[1] >= 10 else 0
+      last = now
+  except FileNotFoundError:  # it exited
+    pass
+  with open(err.name, encoding="utf-8") as f:
+    assert proc.poll() is None, f"training ended before the signal:\n{f.read()}"
+  return proc
+
+
+def _stopping_line_then(err_path, proc, seconds=60):
+  """Waits for the first signal's line on stderr (said at once, while the loop still runs)."""
+  deadline = time.monotonic() + seconds
+  while time.monotonic() < deadline and proc.poll() is None:
+    with open(err_path, encoding="utf-8") as f:
+      if _STOPPING in f.read():
+        return True
+    time.sleep(0.05)
+  return False
+
+
+def test_sigint_stops_inside_a_long_loop_and_the_rerun_resumes_there(digits32, tmp_path):
+  """One loop of all the steps: Ctrl-C says at once that it stops, stops at the next step (not
+  at the loop's end), checkpoints there and exits 130; the same command again resumes there
+  and trains to the planned step on the same learning-rate schedule."""
   model_dir = tmp_path / "run"
-  args = _args(digits32, model_dir)
-  code, err = _interrupt_training(args, model_dir, tmp_path / "err.txt", signal.SIGINT)
+  args = ["train", "--dataset_dir", digits32, "--model_dir", str(model_dir), "--mode", "train",
+          "--params_override", ONE_LOOP]
+  err_path = tmp_path / "err.txt"
+  with open(err_path, "w", encoding="utf-8") as err:
+    proc = _start_in_one_loop(args, err)
+    proc.send_signal(signal.SIGINT)
+    code = proc.wait(timeout=120)
+  err = err_path.read_text()
   assert code == 130, err
-  last = err.strip().splitlines()[-1]
-  match = _LINE.match(last)
+  match = _LINE.match(err.strip().splitlines()[-1])
   assert match, err
-  assert match.group(1) == "Ctrl-C" and match.group(2) == str(model_dir)
   step = int(match.group(3))
-  assert int(match.group(4)) == step and 20 <= step < TRAIN_STEPS, last
-  assert "Traceback" not in err
-  # Stopped at the end of a loop: the log, the metrics and the checkpoint all end at that step.
-  assert _log_steps(model_dir) == list(range(10, step + 1, 10))
-  assert _metrics_steps(model_dir) == list(range(10, step + 1, 10))
+  assert 0 < step < ONE_LOOP_STEPS and int(match.group(4)) == step, err  # inside the loop
+  assert _STOPPING in err, err
+  assert "Traceback" not in err and "did not update" not in err, err
   assert (model_dir / f"ckpt-{step}.index").exists()
   assert f'model_checkpoint_path: "ckpt-{step}"' in (model_dir / "checkpoint").read_text()
+  # The stopped loop's line and metrics are written, at the step it stopped at.
+  assert _log_steps(model_dir) == [step] and _metrics_steps(model_dir) == [step]
   status = json.loads((model_dir / "job_status.json").read_text())
   assert (status["status"], status["step"], status["checkpoint_step"], status["signal"]) == (
       "interrupted", step, step, "SIGINT")
@@ -95,12 +157,46 @@ def test_sigint_saves_a_checkpoint_there_and_the_rerun_resumes_from_it(digits32,
   assert resumed.returncode == 0, resumed.stderr
   assert f"resuming from the checkpoint at step {step}\n" in resumed.stderr
   result = json.loads(resumed.stdout)
-  assert (result["step"], result["resumed_from"]) == (TRAIN_STEPS, step)
-  # One line per loop, none repeated or missing across the interrupt.
-  assert _log_steps(model_dir) == list(range(10, TRAIN_STEPS + 1, 10))
-  assert _metrics_steps(model_dir) == list(range(10, TRAIN_STEPS + 1, 10))
+  assert (result["step"], result["resumed_from"]) == (ONE_LOOP_STEPS, step)
+  assert _log_steps(model_dir) == [step, ONE_LOOP_STEPS]
+  # The schedule is that of the planned steps, before and after the stop.
+  # pylint: disable=g-import-not-at-top
+  from official.modeling.hyperparams import params_dict
+  from official.modeling.optimization import optimizer_factory
+  from tf_vision.configs import optimization
+  config = optimization.OptimizationConfig()
+  config.override(params_dict.read_yaml_to_params_dict(str(model_dir / "params.yaml"))
+                  .trainer.optimizer_config.as_dict())
+  schedule = optimizer_factory.OptimizerFactory(config).build_learning_rate()
+  with open(model_dir / "train_metrics.jsonl", encoding="utf-8") as f:
+    logged = {r["step"]: r["learning_rate"] for r in map(json.loads, f)}
+  assert sorted(logged) == [step, ONE_LOOP_STEPS]
+  for at, rate in logged.items():
+    assert rate == pytest.approx(float(schedule(at)), rel=1e-5), at
+
+
+def test_a_second_sigint_inside_a_long_loop_exits_at_once(digits32, tmp_path):
+  """The second Ctrl-C does not wait for the loop, nor for the stop at the next step."""
+  model_dir = tmp_path / "run"
+  args = ["train", "--dataset_dir", digits32, "--model_dir", str(model_dir), "--mode", "train",
+          "--params_override", ONE_LOOP]
+  err_path = tmp_path / "err.txt"
+  with open(err_path, "w", encoding="utf-8") as err:
+    proc = _start_in_one_loop(args, err)
+    proc.send_signal(signal.SIGINT)
+    said = _stopping_line_then(err_path, proc)
+    proc.send_signal(signal.SIGINT)
+    code = proc.wait(timeout=30)
+  err = err_path.read_text()
+  assert said and code == 130, err
+  assert err.endswith(_STOPPING + "\nInterrupted again: stopping at once.\n"), err
+  # Nothing that looks complete: no `completed`, and a checkpoint the index names is whole.
   status = json.loads((model_dir / "job_status.json").read_text())
-  assert (status["status"], status["step"]) == ("completed", TRAIN_STEPS)
+  assert status["status"] in ("running", "interrupted"), status
+  index = model_dir / "checkpoint"
+  if index.exists():
+    name = re.search(r'^model_checkpoint_path: "(.+)"', index.read_text(), re.M).group(1)
+    assert (model_dir / f"{name}.index").exists()
 
 
 @pytest.fixture(scope="module")
@@ -159,6 +255,25 @@ def test_a_second_signal_in_a_train_loop_stops_at_once():
   assert proc.returncode == 130 and proc.stdout == "", proc.stderr
   assert proc.stderr.endswith("Ctrl-C: stopping after this test; Ctrl-C again stops at once\n"
                               "\nInterrupted again: stopping at once.\n"), proc.stderr
+
+
+def test_a_relayed_repeat_is_the_same_interrupt():
+  """A trial worker gets a Ctrl-C from its process group and again from its driver: the repeat
+  must not end it before the trial records `interrupted` (the driver's second Ctrl-C does)."""
+  code = ("import os, signal, time\n"
+          "from nascli import interrupts\n"
+          "interrupts.relayed()\n"
+          "try:\n"
+          "  with interrupts.handled(), interrupts.deferred('this test'):\n"
+          "    os.kill(os.getpid(), signal.SIGINT)\n"
+          "    time.sleep(0.2)\n"
+          "    os.kill(os.getpid(), signal.SIGINT)\n"
+          "    time.sleep(0.2)\n"
+          "except interrupts.Interrupted as e:\n"
+          "  print('interrupted once', e.exit_code)\n")
+  proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                        check=False, timeout=300)
+  assert (proc.returncode, proc.stdout) == (0, "interrupted once 130\n"), proc.stderr
 
 
 def _in_process_interrupt(cli, delay, *args):

@@ -4,8 +4,9 @@ Model Garden's `train_lib.run_experiment` does the training, checkpointing, resu
 this module adds what it lacks as Orbit train actions: the THOR-style log line
 (`epoch: E step: S, loss is L`) in `<model_dir>/log` and on stderr, a progress report, a hard
 stop with `job_status.json` on a NaN or infinite loss, a log whose step sequence stays clean
-across a kill and resume, and a Ctrl-C or SIGTERM that stops at the end of the training loop it
-lands in, saves a checkpoint there and leaves `interrupted` in job_status.json.
+across a kill and resume, and a Ctrl-C or SIGTERM that stops training at the next step (inside a
+training loop, whatever `trainer.steps_per_loop`), saves a checkpoint there and leaves
+`interrupted` in job_status.json.
 
 A run may also stop at a step short of `trainer.train_steps` (`stop_at_step`: a search
 scheduler's rung): it trains to that step with everything else,
@@ -14,8 +15,10 @@ evaluates, and leaves `paused` in job_status.json; run again without a stop (or 
 one) it resumes from that checkpoint, so no step is trained twice.
 """
 
+import contextlib
 import dataclasses
 import json
+import logging
 import math
 import os
 import re
@@ -29,7 +32,7 @@ import tf_keras  # noqa: F401  pylint: disable=unused-import
 
 from nascli import interrupts
 from nascli.errors import NascliError
-from official.core import base_task, task_factory, train_lib, train_utils
+from official.core import base_task, base_trainer, task_factory, train_lib, train_utils
 from official.core import config_definitions as cfg
 from tf_vision import eval_lib, job_status
 from tf_vision import registry_imports  # noqa: F401  pylint: disable=unused-import
@@ -172,6 +175,65 @@ class LoopAction:
     self.recorded_step = step
 
 
+class _StopFlag:
+  """A request to end the train loop at its next step, which the compiled loop reads before each
+  step: a signal's handler cannot run while the main thread waits in the loop's graph call."""
+
+  def __init__(self):
+    with tf.init_scope(), tf.device("/cpu:0"):  # the loop condition is evaluated on the host
+      self.variable = tf.Variable(False, trainable=False, name="nascli_stop_training")
+
+  def request(self) -> None:
+    self.variable.assign(True)
+
+  def requested(self) -> bool:
+    return bool(self.variable.numpy())
+
+  def trainer_cls(self) -> type:
+    """Model Garden's trainer whose train loop also ends once `request` was called."""
+    stop = self
+
+    class _Trainer(base_trainer.Trainer):
+      """Orbit's loop (`loop_fns.create_tf_while_loop_fn` / `create_loop_fn`) plus the check."""
+
+      def create_train_loop_fn(self):
+        options = self._train_options
+        if getattr(self, "_is_async", False) or options.use_tpu_summary_optimization:
+          return super().create_train_loop_fn()
+        if not options.use_tf_while_loop:  # a Python loop of step calls: check between them
+          step_fn = tf.function(self.train_step) if options.use_tf_function else self.train_step
+          def unless_stopped(iterator):
+            if not stop.requested():
+              step_fn(iterator)
+          return orbit.utils.create_loop_fn(unless_stopped)
+        step_fn = self.train_step
+
+        def loop_fn(iterator, num_steps):
+          step = tf.constant(0)
+          while tf.logical_and(step < num_steps, tf.logical_not(stop.variable.read_value())):
+            with tf.name_scope(""):  # as Orbit's: no "while/" prefix on the step's ops
+              step_fn(iterator)
+            step += 1
+
+        return tf.function(loop_fn)
+
+    return _Trainer
+
+
+@contextlib.contextmanager
+def _short_loops_unwarned(stop: _StopFlag | None):
+  """Without Orbit's warning that a train loop ran fewer steps than asked once a stop was asked
+  for: that is the stop working."""
+  def keep(record: logging.LogRecord) -> bool:
+    return not (stop and stop.requested() and "did not update `global_step`" in str(record.msg))
+  logger = logging.getLogger("absl")  # Orbit's
+  logger.addFilter(keep)
+  try:
+    yield
+  finally:
+    logger.removeFilter(keep)
+
+
 def _latest_step(model_dir: str) -> int:
   latest = tf.train.latest_checkpoint(model_dir)
   return int(train_utils.read_global_step_from_checkpoint(latest)) if latest else 0
@@ -192,9 +254,12 @@ def run(params: cfg.ExperimentConfig, model_dir: str, strategy: tf.distribute.St
   "eval_seconds" (the final evaluation)}, plus "model" (the trained Keras model) with
   `keep_model`, for a caller that times or measures it; raises
   NonFiniteLossError (after writing job_status.json) when the loss stops being finite, and
-  nascli's `interrupts.Interrupted` on SIGINT/SIGTERM: the signal waits for the end of the
-  training loop it lands in, a checkpoint of that step is saved, and job_status.json says
-  `interrupted` (see `_stop_interrupted`), so that a rerun resumes exactly there.
+  nascli's `interrupts.Interrupted` on SIGINT/SIGTERM: the train loop ends at its next step (it
+  reads a stop flag the signal sets at once, see `interrupts.acted_on_at_once`), its log line
+  and metrics are written, a checkpoint of that step is saved, and job_status.json says
+  `interrupted` (see `_stop_interrupted`), so that a rerun resumes exactly there, with the same
+  schedule. With several workers the signal still waits for the end of the loop (a worker that
+  stopped alone would leave the others waiting in a collective).
 
   With several workers only the chief writes the log, job status and params; the others
   checkpoint into a temporary dir (Model Garden's rule) and resume from the chief's checkpoint
@@ -218,13 +283,19 @@ def run(params: cfg.ExperimentConfig, model_dir: str, strategy: tf.distribute.St
   start = time.monotonic()
   state = _RunState(model_dir=model_dir, chief=chief, resumed_from=resumed_from,
                     single_worker=_num_workers(strategy) == 1)
+  stop = _StopFlag() if state.single_worker else None
 
   class _Controller(orbit.Controller):
-    """Orbit's controller; a signal stops it only between train loops and checkpoint writes."""
+    """Orbit's controller; a signal stops it at the next step (the loop reads `stop`), and
+    raises only after that loop's log line and summaries, and between checkpoint writes."""
 
     def _train_n_steps(self, num_steps: int):
-      with interrupts.deferred("this training loop"):
-        super()._train_n_steps(num_steps)
+      state.in_loop = True
+      try:
+        with interrupts.deferred("this training loop"):
+          super()._train_n_steps(num_steps)
+      finally:
+        state.in_loop = False
 
     def _maybe_save_checkpoint(self, check_interval: bool = True):
       state.writing_checkpoint = True
@@ -236,6 +307,15 @@ def run(params: cfg.ExperimentConfig, model_dir: str, strategy: tf.distribute.St
 
   class _Runner(train_lib.OrbitExperimentRunner):
     """Model Garden's runner with our loop action bound to its global step."""
+
+    def _build_trainer(self, task, train, evaluate):
+      if stop is None:
+        return super()._build_trainer(task, train, evaluate)
+      with self.strategy.scope():  # as Model Garden's, with the trainer that reads `stop`
+        return train_utils.create_trainer(
+            self.params, task, train=train, evaluate=evaluate,
+            checkpoint_exporter=self._build_best_checkpoint_exporter(),
+            trainer_cls=stop.trainer_cls())
 
     def run(self):
       """Model Garden's run() without its parameter and FLOPs counts after training: they feed
@@ -281,49 +361,59 @@ def run(params: cfg.ExperimentConfig, model_dir: str, strategy: tf.distribute.St
           train_actions=[action] + list(train_actions or []), eval_actions=eval_actions,
           controller_cls=_Controller, enable_async_checkpointing=enable_async_checkpointing)
 
+  def on_signal(signum: int) -> str:  # pylint: disable=unused-argument
+    """The signal's first effect, at once (in a thread of interrupts): ends the loop."""
+    if stop is None:
+      return "stopping after this training loop" if state.in_loop else "stopping"
+    stop.request()
+    return "stopping at the next step" if state.in_loop else "stopping"
+
   eval_seconds = 0.0
-  try:
-    with strategy.scope():
-      task: base_task.Task = task_factory.get_task(params.task, logging_dir=model_dir)
-    # The final evaluation goes through eval_lib, the code `nascli eval` runs, so the number a run
-    # reports is the number its checkpoint gives later (Model Garden's in-trainer post-eval can
-    # differ in the last digit through graph-level numerics).
-    runner = _Runner(distribution_strategy=strategy, task=task,
-                     mode="train" if mode == "train_and_post_eval" else mode, params=params,
-                     model_dir=model_dir)
-    state.runner = runner
-    thor.maybe_attach_thor(runner.trainer.model, runner.trainer.optimizer)  # THOR (issue 6)
-    if "train" in mode:
-      with strategy.scope():  # slots now, not while the first training loop is traced
-        wrappers.create_slots(runner.trainer.optimizer, runner.trainer.model.trainable_variables)
-    _, eval_logs = runner.run()
-    if mode == "train_and_post_eval":
-      state.evaluating = True
-      # The runner's own final checkpoint: a non-chief worker's is in its temporary dir.
-      checkpoint = (runner.checkpoint_manager.latest_checkpoint
-                    or tf.train.latest_checkpoint(model_dir))
-      eval_start = time.monotonic()
-      step = int(runner.trainer.global_step.numpy())
-      # The model as trained is the checkpoint's (saved at the last step, see below): no rebuild.
-      trained = ((runner.trainer.model, step) if eval_lib.can_reuse_model(strategy)
-                 and checkpoint and checkpoint.endswith(f"-{step}") else None)
-      eval_logs = eval_lib.evaluate(
-          params, checkpoint, strategy,
-          summary_dir=os.path.join(model_dir, params.trainer.validation_summary_subdir)
-          if chief else None, trained=trained)["metrics"]
-      eval_seconds = time.monotonic() - eval_start
-  except KeyboardInterrupt as e:  # interrupts.Interrupted too: SIGINT and SIGTERM
-    raise _stop_interrupted(e, state, strategy) from None
-  except NonFiniteLossError as e:
-    if chief:
-      job_status.write(model_dir, job_status.FAILED_WITH_NAN, reason=str(e))
-    raise
-  except Exception as e:
-    if interrupts.caused(e):  # a signal that came back as TensorFlow's error
+  with interrupts.acted_on_at_once(on_signal), _short_loops_unwarned(stop):
+    try:
+      with strategy.scope():
+        task: base_task.Task = task_factory.get_task(params.task, logging_dir=model_dir)
+      # The final evaluation goes through eval_lib, the code `nascli eval` runs, so the number a
+      # run reports is the number its checkpoint gives later (Model Garden's in-trainer post-eval
+      # can differ in the last digit through graph-level numerics).
+      runner = _Runner(distribution_strategy=strategy, task=task,
+                       mode="train" if mode == "train_and_post_eval" else mode, params=params,
+                       model_dir=model_dir)
+      state.runner = runner
+      thor.maybe_attach_thor(runner.trainer.model, runner.trainer.optimizer)  # THOR (issue 6)
+      if "train" in mode:
+        with strategy.scope():  # slots now, not while the first training loop is traced
+          wrappers.create_slots(runner.trainer.optimizer,
+                                runner.trainer.model.trainable_variables)
+      _, eval_logs = runner.run()
+      if mode == "train_and_post_eval":
+        state.evaluating = True
+        # The runner's own final checkpoint: a non-chief worker's is in its temporary dir.
+        checkpoint = (runner.checkpoint_manager.latest_checkpoint
+                      or tf.train.latest_checkpoint(model_dir))
+        eval_start = time.monotonic()
+        step = int(runner.trainer.global_step.numpy())
+        # The model as trained is the checkpoint's (saved at the last step, see below): no
+        # rebuild.
+        trained = ((runner.trainer.model, step) if eval_lib.can_reuse_model(strategy)
+                   and checkpoint and checkpoint.endswith(f"-{step}") else None)
+        eval_logs = eval_lib.evaluate(
+            params, checkpoint, strategy,
+            summary_dir=os.path.join(model_dir, params.trainer.validation_summary_subdir)
+            if chief else None, trained=trained)["metrics"]
+        eval_seconds = time.monotonic() - eval_start
+    except KeyboardInterrupt as e:  # interrupts.Interrupted too: SIGINT and SIGTERM
       raise _stop_interrupted(e, state, strategy) from None
-    if chief:
-      job_status.write(model_dir, job_status.FAILED, reason=f"{type(e).__name__}: {e}"[:500])
-    raise
+    except NonFiniteLossError as e:
+      if chief:
+        job_status.write(model_dir, job_status.FAILED_WITH_NAN, reason=str(e))
+      raise
+    except Exception as e:
+      if interrupts.caused(e):  # a signal that came back as TensorFlow's error
+        raise _stop_interrupted(e, state, strategy) from None
+      if chief:
+        job_status.write(model_dir, job_status.FAILED, reason=f"{type(e).__name__}: {e}"[:500])
+      raise
   actions = [state.action] if state.action else []
   step = int(runner.trainer.global_step.numpy())
   metrics = {k: _scalar(v) for k, v in (eval_logs or {}).items() if _scalar(v) is not None}
@@ -355,6 +445,7 @@ class _RunState:
   action: LoopAction | None = None
   writing_checkpoint: bool = False
   evaluating: bool = False
+  in_loop: bool = False
 
 
 def _stop_interrupted(error: KeyboardInterrupt, state: _RunState,
