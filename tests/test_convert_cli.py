@@ -15,6 +15,7 @@ import cv2
 import numpy as np
 import pytest
 
+import tf_probe
 from conftest import nascli_subprocess
 from nascli.data.convert import STATE_FILE
 from nascli.errors import OutputError
@@ -355,3 +356,18 @@ def test_resume_after_the_skipped_images_changed_rewrites_the_shards(run_convert
   shas = lambda d: [s["sha256"] for v in json.loads((d / INFO).read_text())[  # noqa: E731
       "splits"].values() for s in v["shards"]]
   assert shas(out) == shas(clean)
+
+
+def test_rerun_of_a_finished_conversion_answers_without_tensorflow(tmp_path):
+  """A finished conversion run again is verified from its files: the same result rows, no
+  TensorFlow loaded (a search's embedded data set takes the same path on every rerun)."""
+  args = ("convert-data", "digits", "--image_size", "8", "--num_shards", "2", "--processes", "1",
+          "--output_dir", tmp_path / "digits", "--json")
+  first = nascli_subprocess(*args)
+  assert first.returncode == 0, first.stderr
+  again, tf_loaded = tf_probe.run(*args)
+  assert again.returncode == 0, again.stderr
+  written, verified = json.loads(first.stdout), json.loads(again.stdout)
+  assert (written["status"], verified["status"]) == ("written", "verified")
+  assert verified["splits"] == written["splits"] and verified["records_written"] == 0
+  assert not tf_loaded

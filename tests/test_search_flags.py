@@ -155,3 +155,46 @@ def test_the_name_lists_agree_with_the_registries():
     for other in set(search_flags.ALGORITHM_DEFAULTS) - set(options):
       with pytest.raises(Exception, match=f"no option '{other}'"):
         controller.make_algorithm(name, 0, fewest, **{other: 3})
+
+
+def _flag_defaults(command):
+  import inspect  # pylint: disable=g-import-not-at-top
+  return {name: p.default for name, p in inspect.signature(command).parameters.items()}
+
+
+def test_a_default_job_dir_is_named_by_the_settings_that_define_the_search():
+  """The README's main job keeps nascli_output/search_mnasnet; a module's space or another
+  seed gets a folder of its own; flags of how trials run keep the folder (a rerun resumes)."""
+  from nascli.commands.search_in_local import search_in_local  # pylint: disable=g-import-not-at-top
+  defaults = _flag_defaults(search_in_local)
+  name = search_flags.default_job_dir
+  assert name(defaults) == "nascli_output/search_mnasnet"
+  assert name(dict(defaults, search_space_module="my_spaces.tiny_mnasnet")) == (
+      "nascli_output/search_tiny_mnasnet")
+  assert name(dict(defaults, trial_isolation="process", export_top_k=1,
+                   max_parallel_nas_trial=2, max_nas_trial=8)) == "nascli_output/search_mnasnet"
+  seeded = {name(dict(defaults, seed=s)) for s in (1, 2)}
+  assert len(seeded) == 2 and all(d.startswith("nascli_output/search_mnasnet-") for d in seeded)
+  docker = name(dict(defaults, search_docker_flags=["params_override=trainer.train_steps=5"]))
+  assert docker not in seeded | {"nascli_output/search_mnasnet"}
+
+
+@pytest.mark.parametrize("command", ["search_in_local", "search"])
+def test_the_job_defining_defaults_agree_with_the_commands(command):
+  import importlib  # pylint: disable=g-import-not-at-top
+  module = importlib.import_module(f"nascli.commands.{command}")
+  defaults = _flag_defaults(getattr(module, command))
+  assert {k: defaults[k] for k in search_flags.DEFINING_DEFAULTS} == (
+      search_flags.DEFINING_DEFAULTS)
+
+
+def test_early_stopping_with_no_rung_below_the_budget_is_refused():
+  from nascli.errors import NascliError  # pylint: disable=g-import-not-at-top
+  from nascli.search import scheduler  # pylint: disable=g-import-not-at-top
+  with pytest.raises(NascliError, match=r"--early_stopping asha --min_steps 500: the trials"
+                     r" train 100 steps .* give --min_steps below 100 \(e\.g\. 12\)"):
+    scheduler.check_budget("asha", 500, None, 100)
+  with pytest.raises(NascliError, match="--min_steps 100:"):
+    scheduler.check_budget("median", 100, 3, 100)
+  scheduler.check_budget("asha", None, None, 100)  # rungs at 12, 36, 100
+  scheduler.check_budget("asha", 99, 3, 100)

@@ -10,6 +10,7 @@ import time
 
 import pytest
 
+import tf_probe
 from conftest import journal_events as _events
 from conftest import nascli_subprocess
 from conftest import proposals_of as _proposals_of
@@ -32,6 +33,14 @@ def _search(job_dir, cache, *extra):
                            "--local_output_dir", job_dir, "--seed", "7",
                            "--target_device_latency_ms", "2", *extra,
                            env={"NASCLI_CACHE_DIR": cache})
+
+
+def _probe_search(job_dir, cache, *extra):
+  """_search through tests/tf_probe.py: (the process, whether it imported TensorFlow)."""
+  return tf_probe.run("search_in_local", "--prebuilt_search_space", "mnasnet",
+                      "--local_output_dir", job_dir, "--seed", "7",
+                      "--target_device_latency_ms", "2", *extra,
+                      env={"NASCLI_CACHE_DIR": cache})
 
 
 def test_three_trial_search_records_everything(cache, tmp_path):
@@ -75,6 +84,17 @@ def test_three_trial_search_records_everything(cache, tmp_path):
   listed = nascli_subprocess("list_trials", job, "--json")
   rewards = [r["reward"] for r in json.loads(listed.stdout)]
   assert rewards == sorted(rewards, reverse=True) and len(rewards) == 3
+  # The finished job answers from its journal: no worker, no TensorFlow, the same rows; flags
+  # of how trials run are said to be ignored.
+  again, tf_loaded = _probe_search(job, cache, "--max_nas_trial", "3", "--search_docker_flags",
+                                   f"params_override={SHORT}", "--json",
+                                   "--trial_isolation", "process", "--export_top_k", "1")
+  assert again.returncode == 0, again.stderr[-2000:]
+  assert json.loads(again.stdout) == rows
+  assert not tf_loaded
+  assert ("note: ignored, no trial is left to run or export: --trial_isolation process (the job"
+          " began with worker); --export_top_k 1 (the job began with 3)") in again.stderr
+  assert sorted(os.listdir(job / "workers")) == ["export.log", "worker-1.log"]  # none started
   # Stage 2: retrain the best trial's architecture, warm-started from its search checkpoint.
   best, retrain = retrain_best_trial(job, rows, cache, tmp_path / "stage2")
   assert retrain.returncode == 0, retrain.stderr[-2000:]
@@ -204,14 +224,26 @@ def test_nan_trials_are_recorded_and_the_failure_limit_stops_the_search(cache, t
                  "trainer.optimizer_config.learning_rate.cosine.initial_learning_rate=1e12,"
                  "trainer.optimizer_config.warmup.type=null")
   assert proc.returncode == 1
-  assert proc.stderr.strip().splitlines()[-1] == (
-      "Error: search stopped: 2 failed trials exceed --max_failed_nas_trial 1")
+  last = proc.stderr.strip().splitlines()[-1]
+  assert last.startswith(
+      f"Error: search stopped: 2 failed trials exceed --max_failed_nas_trial 1; every trial of"
+      f" {job} failed (2 trial(s); trial 1: ")
+  assert last.endswith("fix the cause, then run the command again with --overwrite (it deletes"
+                       " the failed trials and starts over)")
   failed = [e for e in _events(job) if e["event"] == "failed"]
   assert [(e["trial_id"], e["status"]) for e in failed] == [("1", "failed_with_nan"),
                                                             ("2", "failed_with_nan")]
   assert all("training loss is" in e["reason"] for e in failed)  # NaN, inf, or diverged
   assert json.loads((job / "1" / "job_status.json").read_text())["status"] == "failed_with_nan"
   assert sorted(os.listdir(job / "workers")) == ["worker-1.log", "worker-2.log"]
+  # Run again, the finished job says the same at once, without TensorFlow.
+  again, tf_loaded = _probe_search(
+      job, cache, "--max_nas_trial", "3", "--max_failed_nas_trial", "1", "--params_override",
+      "trainer.train_steps=20,trainer.steps_per_loop=5,"
+      "trainer.optimizer_config.learning_rate.cosine.initial_learning_rate=1e12,"
+      "trainer.optimizer_config.warmup.type=null")
+  assert again.returncode == 1 and again.stderr.strip().splitlines()[-1] == last
+  assert not tf_loaded and again.stdout == ""
 
 
 def test_spinenet_detection_search_smoke(cache, tmp_path):
@@ -291,6 +323,54 @@ def test_bad_search_input_one_line_exit_1(cli, cache, tmp_path, monkeypatch, arg
   assert culprit in lines[0]
   assert stdout == ""
   assert not (job / "journal.jsonl").exists()
+
+
+def test_a_bad_trial_config_is_refused_before_any_trial(cache, tmp_path):
+  """The trials' config is built once, by the first warm worker, as `train` builds it: a bad
+  key is refused in train's one line by a driver that has not loaded TensorFlow, before
+  anything is journaled."""
+  (tmp_path / "unk.yaml").write_text("task:\n  model:\n    num_clases: 10\n")
+  job = tmp_path / "job"
+  proc, tf_loaded = tf_probe.run("search_in_local", "--local_output_dir", job, "--config_file",
+                                 "unk.yaml", env={"NASCLI_CACHE_DIR": cache}, cwd=tmp_path)
+  assert proc.returncode == 1
+  assert proc.stderr.strip().splitlines() == [
+      f"Error: unknown config key 'task.model.num_clases' in --config_file {tmp_path}/unk.yaml"
+      " (did you mean 'num_classes'?)"]
+  assert not tf_loaded and proc.stdout == ""
+  assert not (job / "journal.jsonl").exists()
+  assert "config check: " in (job / "workers" / "worker-1.log").read_text()
+
+
+def test_the_config_check_gives_the_trials_budget_early_stopping_must_fit(cache, monkeypatch,
+                                                                          tmp_path):
+  """What the check's worker runs (here in-process): the trials' train_steps, against which
+  --early_stopping asha --min_steps 500 is refused (the testing YAML trains 100 steps)."""
+  # pylint: disable=g-import-not-at-top
+  from nascli.commands import search_flags
+  from nascli.commands.search_in_local import search_in_local
+  from nascli.errors import NascliError
+  from nascli.search import local_main, preflight, search_loop
+  import inspect
+  monkeypatch.setenv("NASCLI_CACHE_DIR", cache)
+  values = {k: p.default for k, p in inspect.signature(search_in_local).parameters.items()}
+  values.update(local_output_dir=str(tmp_path / "job"), early_stopping="asha", min_steps=500)
+  args = search_flags.from_flags(values)
+  args.trial.run.data.dataset_dir = local_main.embedded_dataset("mnasnet")
+  args.trial.run.config_files = [
+      "tf_vision/test_files/fast_nas_classification_search_for_testing.yaml"]
+  check = preflight.prepare(args)
+  try:
+    result = preflight.run_check(check.spec_path)
+  finally:
+    check.remove()
+  assert result == {"train_steps": 100}
+  with pytest.raises(NascliError, match=r"^--early_stopping asha --min_steps 500: the trials"
+                     r" train 100 steps \(trainer.train_steps\), so no rung comes before the"
+                     r" end"):
+    search_loop.check_budget(args, result["train_steps"])
+  args.scheduler.min_steps = 50
+  search_loop.check_budget(args, result["train_steps"])
 
 
 def test_job_dir_of_other_settings_is_refused(cli, cache, tmp_path, monkeypatch):

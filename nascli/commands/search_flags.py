@@ -7,10 +7,12 @@ Garden or pyglove (15-40 s): a bad value costs well under 2 s.
 
 import contextlib
 import glob
+import hashlib
 import inspect
 import json
 import math
 import os
+import sys
 from typing import Annotated, Any, Callable, Iterator, Optional
 
 import typer
@@ -131,8 +133,10 @@ def search_args(prebuilt_search_space, search_space_module, search_algorithm, se
                 validation_data_path, dataset_dir, population_size, tournament_size, overwrite,
                 trial_isolation, max_trials_per_worker, export_top_k, export_every_trial,
                 objectives=None, early_stopping="none", min_steps=None, reduction_factor=None,
-                **extra):
-  """The SearchArgs the shared flags describe (`extra`: fields only one command has)."""
+                search_docker_flags=None, **extra):
+  """The SearchArgs the shared flags describe (`extra`: fields only one command has;
+  `search_docker_flags` only name the default job dir: local_main applies them)."""
+  job_dir = local_output_dir or default_job_dir(dict(locals()))
   # pylint: disable=g-import-not-at-top
   from nascli.run_spec import DataSpec, RunSpec, TrialSettings
   from nascli.search import local_main
@@ -150,7 +154,7 @@ def search_args(prebuilt_search_space, search_space_module, search_algorithm, se
                         latency_constraint=latency_constraint, latency_weight=latency_weight,
                         export_every_trial=export_every_trial)
   return SearchArgs(
-      job_dir=local_output_dir or local_main.default_job_dir(prebuilt_search_space),
+      job_dir=job_dir,
       search_space=prebuilt_search_space, search_space_module=search_space_module,
       search_algorithm=search_algorithm, max_nas_trial=max_nas_trial,
       max_parallel_nas_trial=max_parallel_nas_trial, max_failed_nas_trial=max_failed_nas_trial,
@@ -161,9 +165,57 @@ def search_args(prebuilt_search_space, search_space_module, search_algorithm, se
 
 
 def from_flags(values: dict, **extra):
-  """search_args from a command's parameters (its `locals()`): the shared flags are picked out."""
+  """search_args from a command's parameters (its `locals()`): the shared flags are picked out.
+  Without --local_output_dir, says on stderr which job dir the settings give."""
   shared = [name for name in inspect.signature(search_args).parameters if name != "extra"]
-  return search_args(**{name: values[name] for name in shared}, **extra)
+  args = search_args(**{name: values[name] for name in shared}, **extra)
+  if not values["local_output_dir"]:
+    print(f"job dir: {args.job_dir} (the default for these settings; --local_output_dir to"
+          " choose)", file=sys.stderr, flush=True)
+  return args
+
+
+# The flags that change what a search's trials compute or which architectures it proposes, at
+# their defaults (the same in both commands; tests/test_search_flags.py asserts they agree). A
+# search that leaves them so has the job dir nascli_output/search_<space>; one that sets any of
+# them another (default_job_dir), so that searches of other settings never share a default one.
+DEFINING_DEFAULTS: dict[str, Any] = {
+    "search_space_module": None, "search_algorithm": DEFAULT_ALGORITHM, "seed": 0,
+    "target_device_latency_ms": None, "latency_constraint": "soft", "latency_weight": 0.07,
+    "search_docker_flags": None, "experiment": None, "config_file": None,
+    "params_override": None, "training_data_path": None, "validation_data_path": None,
+    "dataset_dir": None, "population_size": None, "tournament_size": None, "objectives": None,
+    "early_stopping": "none", "min_steps": None, "reduction_factor": None,
+}
+
+
+def _defining_value(name: str, value: Any) -> Any:
+  """A flag's value as it names a job dir: paths absolute, no value and an empty list alike."""
+  if value in (None, [], ()):
+    return None
+  if name == "config_file":
+    return [p if storage.is_gcs(p) else os.path.abspath(p) for p in value]
+  if name == "dataset_dir" and not storage.is_gcs(value):
+    return os.path.abspath(value)
+  return list(value) if isinstance(value, (list, tuple)) else value
+
+
+def default_job_dir(values: dict[str, Any]) -> str:
+  """The job dir of a search without --local_output_dir: nascli_output/search_<space> (the
+  --search_space_module's function name for a module's space); with any flag of
+  DEFINING_DEFAULTS set otherwise, `-<8 hex digits>` of their values appended. Flags that only
+  change how trials run (--trial_isolation, --max_parallel_nas_trial, --export_top_k, ...)
+  keep the folder: a rerun with them resumes the same job."""
+  module = values.get("search_space_module")
+  name = module.rsplit(".", 1)[-1] if module else values["prebuilt_search_space"]
+  differing = {k: _defining_value(k, values.get(k)) for k, default in DEFINING_DEFAULTS.items()
+               if k != "search_space_module"
+               and _defining_value(k, values.get(k)) != _defining_value(k, default)}
+  suffix = None
+  if differing:
+    text = json.dumps(differing, sort_keys=True, default=str)
+    suffix = hashlib.sha256(text.encode("utf-8")).hexdigest()[:8]
+  return local_main.default_job_dir(name, suffix)
 
 
 def print_rows(rows: list[dict], as_json: bool) -> None:
@@ -366,8 +418,7 @@ def interrupt_described(values: dict[str, Any]) -> Iterator[None]:
   except KeyboardInterrupt as e:
     if getattr(e, "what", None):
       raise
-    job_dir = (values["local_output_dir"]
-               or local_main.default_job_dir(values["prebuilt_search_space"]))
+    job_dir = values["local_output_dir"] or default_job_dir(values)
     again = "run the same command again" + (" without --overwrite" if values["overwrite"]
                                             else "")
     raise interrupts.Interrupted.of(e, f"search {job_dir} before a trial started",

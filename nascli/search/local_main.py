@@ -25,8 +25,10 @@ DOCKER_FLAGS = {"params_override": "params_override",
                 "dataset_dir": "data.dataset_dir"}
 
 
-def default_job_dir(space: str) -> str:
-  return os.path.join("nascli_output", f"search_{space}")
+def default_job_dir(name: str, suffix: str | None = None) -> str:
+  """nascli_output/search_<name>, `-<suffix>` appended for a search with other settings than
+  its space's defaults (search_flags.default_job_dir picks both)."""
+  return os.path.join("nascli_output", f"search_{name}" + (f"-{suffix}" if suffix else ""))
 
 
 def cache_dir() -> Path:
@@ -82,7 +84,8 @@ def apply_docker_flags(args: "SearchArgs", docker_flags: list[str]) -> str | Non
 
 def run(args: "SearchArgs", docker_flags: list[str] | None = None,
         executor=None) -> list[dict]:
-  """Fills in Vertex's trainer flags and the embedded defaults, runs the search, returns rows."""
+  """Fills in Vertex's trainer flags and the embedded defaults, runs the search (or reports a
+  finished one), returns rows."""
   # pylint: disable=g-import-not-at-top
   from nascli.search import results, search_loop
   model = apply_docker_flags(args, list(docker_flags or []))
@@ -100,5 +103,12 @@ def run(args: "SearchArgs", docker_flags: list[str] | None = None,
     run.data.dataset_dir = embedded_dataset(space.name)
   if not run.config_files and space.defaults is not None:
     run.config_files = [space.defaults.config_path()]
+  # A finished job is reported from its journal: no worker started, no TensorFlow loaded.
+  done = search_loop.finished_job(args)
+  if done is not None:
+    if executor is not None:
+      executor.close()
+    search_loop.report_finished(args, done, space.name, space.require_binding().metric)
+    return results.trial_rows(args.job_dir, done)
   state = search_loop.SearchLoop(args, executor).run()
   return results.trial_rows(args.job_dir, state)

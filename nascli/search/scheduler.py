@@ -158,6 +158,19 @@ def check(name: str, min_steps: int | None, reduction_factor: int | None,
                       ' combine with --objectives')
 
 
+def check_budget(name: str, min_steps: int | None, reduction_factor: int | None,
+                 train_steps: int) -> None:
+  """Refuses a ladder with no rung below the trials' whole budget (`train_steps`, known once
+  their config is built): every trial would train it all, with no early stopping."""
+  factor = reduction_factor or DEFAULT_REDUCTION_FACTOR
+  if len(rung_steps(min_steps, factor, train_steps)) < 2:
+    raise NascliError(
+        f'--early_stopping {name}' + (f' --min_steps {min_steps}' if min_steps else '')
+        + f': the trials train {train_steps} steps'
+        f' (trainer.train_steps), so no rung comes before the end and nothing would stop early;'
+        f' give --min_steps below {train_steps} (e.g. {max(1, -(-train_steps // factor**2))})')
+
+
 @register_scheduler('none')
 class NoEarlyStopping(Scheduler):
   """Every trial trains its whole budget in one attempt (no rung events)."""

@@ -9,6 +9,11 @@ With early stopping (`--early_stopping`, scheduler.py) an attempt trains to a ru
 the driver journals the report, then the scheduler's decision (promoted: the trial runs its
 next rung next; stopped: final, and the controller gets its last rung's reward).
 
+Before anything is journaled, the first worker builds and checks the trials' config
+(preflight.py), so a bad key costs one worker's start, not a job of failed trials; a job that
+is already finished is reported from its journal without a worker or TensorFlow
+(`finished_job`, `report_finished`).
+
 Ctrl-C or SIGTERM (nascli.interrupts) stops the search at once but cleanly: the driver passes the
 signal on to the running trials, waits for them to record `interrupted` (it marks any that
 could not), journals an `interrupted` event per trial and exits 130 / 143 with one line saying
@@ -22,12 +27,14 @@ local staging folder and each trial folder is uploaded before its outcome is jou
 workspace.py); derived outputs are written to the bucket, one complete object each.
 """
 
+from __future__ import annotations
+
 import dataclasses
 import json
 import os
 import signal
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
 from rich.live import Live
@@ -38,16 +45,19 @@ from nascli import interrupts
 from nascli import storage
 from nascli.errors import NascliError
 from nascli.run_spec import TrialSettings
-from nascli.search import controller as controller_lib
 from nascli.search import executors
 from nascli.search import journal as journal_lib
 from nascli.search import pareto as pareto_lib
+from nascli.search import preflight
 from nascli.search import reward as reward_lib
 from nascli.search import scheduler as scheduler_lib
 from nascli.search import trial as trial_lib
 from nascli.search import warm_workers
 from nascli.search import workspace as workspace_lib
 from nascli.search.trial import TrialSpec
+
+if TYPE_CHECKING:  # pyglove's import (2-4 s) waits for a search that runs trials
+  from nascli.search import controller as controller_lib
 
 stderr = Console(stderr=True)
 # Settings that may change when a search is resumed (they do not change what a trial is).
@@ -122,29 +132,42 @@ class SearchLoop:
                      args.trial.latency_weight)
     self.objectives = pareto_lib.parse_objectives(args.objectives) if args.objectives else None
     self.num_objectives = len(self.objectives) if self.objectives else 1
+    from nascli.search import controller as controller_lib  # pylint: disable=g-import-not-at-top,redefined-outer-name
     controller_lib.check_objectives(args.search_algorithm, self.num_objectives)
     if args.max_nas_trial < 1 or args.max_parallel_nas_trial < 1:
       raise NascliError("--max_nas_trial and --max_parallel_nas_trial must be at least 1")
     _check_scheduler(args)
     self.scheduler = scheduler_lib.make(args.scheduler)
-    self.max_failed = (args.max_failed_nas_trial if args.max_failed_nas_trial is not None
-                       else args.max_nas_trial)
+    self.max_failed = max_failed(args)
     self.journal = journal_lib.journal_for(args.job_dir)
     self.workspace = workspace_lib.for_job_dir(args.job_dir)
     self.work_dir = self.workspace.work_dir  # where trial folders are written
-    # Warm workers load TensorFlow while this process does (2 x 10 s on a 2-core CPU, at once).
-    self.executor.prestart(min(args.max_parallel_nas_trial, args.max_nas_trial),
-                           os.path.join(self.work_dir, warm_workers.WORKER_LOGS))
+    # The trials' config is built and checked once, in the first worker (it loads TensorFlow
+    # anyway), before this process loads TensorFlow or journals anything (preflight.py); the
+    # other warm workers load TensorFlow meanwhile.
+    log_dir = os.path.join(self.work_dir, warm_workers.WORKER_LOGS)
+    check = preflight.prepare(args)
     try:
+      checker = warm_workers.start_config_check(self.executor, check, log_dir)
+      try:
+        self.executor.prestart(min(args.max_parallel_nas_trial, args.max_nas_trial), log_dir)
+        checked = preflight.wait(check, checker, checker.log_path)
+      finally:
+        if not isinstance(self.executor, warm_workers.WarmExecutor):
+          checker.close()
+      check_budget(args, checked["train_steps"])
       self._load_space()
     except BaseException:
       self.executor.close()
       raise
+    finally:
+      check.remove()
 
   def _load_space(self) -> None:
     args = self.args
-    # pylint: disable=g-import-not-at-top
+    # pylint: disable=g-import-not-at-top,redefined-outer-name
     from nascli import frameworks
+    from nascli.search import controller as controller_lib
     frameworks.load()  # the controller decodes architectures with Model Garden's search spaces
     from tf_vision import search_spaces
     # The trials resolve the same pair (their TrialSpec carries it) and decode against it.
@@ -333,24 +356,11 @@ class SearchLoop:
     return len(owed)
 
   def _title(self, state: journal_lib.JobState) -> str:
-    return (f"search {self.args.job_dir}: {self.space_name}, {self.args.search_algorithm},"
-            f" best trial {state.best() or '-'}")
+    return _title(self.args, self.space_name, state)
 
   def _table(self, state: journal_lib.JobState, running: dict[str, _Running],
              titled: bool = True) -> Table:
-    table = Table(title=self._title(state) if titled else None)
-    for col in ("trial", "state", self.metric, "latency ms", "reward", "best so far"):
-      table.add_column(col)
-    best_so_far = None
-    for tid in state.trial_ids():
-      metrics = state.metrics.get(tid, {})
-      r = state.rewards.get(tid)
-      if r is not None and state.status[tid] != journal_lib.STOPPED:  # a partial budget's
-        best_so_far = r if best_so_far is None else max(best_so_far, r)
-      shown = "running" if tid in running else state.status[tid]
-      table.add_row(tid, shown, _fmt(metrics.get("accuracy")), _fmt(metrics.get("latency_ms")),
-                    _fmt(r), _fmt(best_so_far))
-    return table
+    return _table(self.args, self.space_name, self.metric, state, running, titled)
 
   def run(self) -> journal_lib.JobState:
     try:
@@ -370,8 +380,11 @@ class SearchLoop:
       log = console.whole(stderr)
       log.print(self._title(state), highlight=False, markup=False)
       log.print(self._table(state, {}, titled=False))
+    failed_all = all_failed(self.args.job_dir, state)
     if stop_reason and "exceed" in stop_reason:
-      raise NascliError(stop_reason)
+      raise NascliError(stop_reason + (f"; {failed_all}" if failed_all else ""))
+    if failed_all is not None:
+      raise failed_all
     if stop_reason:
       stderr.print(stop_reason)
     self._export_best(state)
@@ -383,10 +396,7 @@ class SearchLoop:
     trial's folder). A failed export is reported and leaves the search's results as they are;
     an interrupted one is done by the same command run again."""
     a = self.args
-    completed = sorted(state.trial_ids(journal_lib.COMPLETED), key=lambda t: -state.rewards[t])
-    best = [t for t in completed[:a.export_top_k]
-            if not storage.exists(storage.join(a.job_dir, t, "export", "saved_model",
-                                               "saved_model.pb"))]
+    best = to_export(a, state)
     if not best:
       return
     stderr.print(f"exporting the SavedModel of the best trial(s): {', '.join(best)}",
@@ -416,10 +426,15 @@ class SearchLoop:
     """The loop, under the journal's writer lock; returns the final state and why it stopped
     early (None: it ran every trial)."""
     a = self.args
-    # pylint: disable=g-import-not-at-top
+    # pylint: disable=g-import-not-at-top,redefined-outer-name
+    from nascli.search import controller as controller_lib
     from nascli.search import results
-    journal_lib.check_settings(a.job_dir, a.settings(), a.overwrite, journal=self.journal,
-                               mutable_keys=MUTABLE)
+    began = journal_lib.check_settings(a.job_dir, a.settings(), a.overwrite,
+                                       journal=self.journal, mutable_keys=MUTABLE)
+    changed = mutable_changes(began.settings or {}, a.settings())
+    if changed:
+      stderr.print(f"note: {'; '.join(changed)}: applied to the trials still to run and to the"
+                   " exports at the end", highlight=False, markup=False)
     events = self.journal.events()
     self.workspace.prepare(events)
     ctl = self._ctl = controller_lib.Controller.rebuild(
@@ -444,8 +459,7 @@ class SearchLoop:
       while True:
         failed = len(state.trial_ids(*journal_lib.FAILED_STATUSES))
         if failed > self.max_failed and stop_reason is None:
-          stop_reason = (f"search stopped: {failed} failed trials exceed"
-                         f" --max_failed_nas_trial {self.max_failed}")
+          stop_reason = _exceeded(failed, self.max_failed)
         started = False
         while free and stop_reason is None:
           if queue:
@@ -556,6 +570,134 @@ class SearchLoop:
     return f"{what}, {at})", f"{again} to resume ({rerun})"
 
 
+def _title(args: SearchArgs, space_name: str, state: journal_lib.JobState) -> str:
+  return (f"search {args.job_dir}: {space_name}, {args.search_algorithm},"
+          f" best trial {state.best() or '-'}")
+
+
+def _table(args: SearchArgs, space_name: str, metric: str, state: journal_lib.JobState,
+           running: dict[str, "_Running"], titled: bool = True) -> Table:
+  table = Table(title=_title(args, space_name, state) if titled else None)
+  for col in ("trial", "state", metric, "latency ms", "reward", "best so far"):
+    table.add_column(col)
+  best_so_far = None
+  for tid in state.trial_ids():
+    metrics = state.metrics.get(tid, {})
+    r = state.rewards.get(tid)
+    if r is not None and state.status[tid] != journal_lib.STOPPED:  # a partial budget's
+      best_so_far = r if best_so_far is None else max(best_so_far, r)
+    shown = "running" if tid in running else state.status[tid]
+    table.add_row(tid, shown, _fmt(metrics.get("accuracy")), _fmt(metrics.get("latency_ms")),
+                  _fmt(r), _fmt(best_so_far))
+  return table
+
+
+def to_export(args: SearchArgs, state: journal_lib.JobState) -> list[str]:
+  """The --export_top_k best completed trials that have no SavedModel yet."""
+  completed = sorted(state.trial_ids(journal_lib.COMPLETED), key=lambda t: -state.rewards[t])
+  return [t for t in completed[:args.export_top_k]
+          if not storage.exists(storage.join(args.job_dir, t, "export", "saved_model",
+                                             "saved_model.pb"))]
+
+
+def all_failed(job_dir: str, state: journal_lib.JobState) -> NascliError | None:
+  """A search none of whose trials gave a result: why, and how to go on."""
+  failed = state.trial_ids(*journal_lib.FAILED_STATUSES)
+  if not failed or state.trial_ids(journal_lib.COMPLETED, journal_lib.STOPPED):
+    return None
+  first = failed[0]
+  reason = " ".join(state.reasons.get(first, "").split())[:300]
+  return NascliError(
+      f"every trial of {job_dir} failed ({len(failed)} trial(s); trial {first}: {reason}); fix"
+      " the cause, then run the command again with --overwrite (it deletes the failed trials"
+      " and starts over)")
+
+
+def _setting(settings: dict[str, Any], dotted: str) -> Any:
+  for key in dotted.split("."):
+    settings = settings.get(key) if isinstance(settings, dict) else None
+  return settings
+
+
+def mutable_changes(began: dict[str, Any], now: dict[str, Any]) -> list[str]:
+  """`--flag NEW (the job began with OLD)` for each setting of MUTABLE (how trials run, not
+  what they compute) that differs from the one the job was started with."""
+  began, now = (json.loads(json.dumps(d, sort_keys=True)) for d in (began, now))
+  out = []
+  for key in MUTABLE:
+    old, new = _setting(began, key), _setting(now, key)
+    if key == "max_nas_trial" or old == new or not began:  # more trials: the search says so
+      continue
+    show = lambda v: "unset" if v is None else str(v)  # noqa: E731
+    out.append(f"--{key.rsplit('.', 1)[-1]} {show(new)} (the job began with {show(old)})")
+  return out
+
+
+def finished_job(args: SearchArgs) -> journal_lib.JobState | None:
+  """The job in args.job_dir when it is done with these very settings: every trial ended,
+  --max_nas_trial trials proposed (or the failure limit passed), and the --export_top_k best
+  exported. A rerun then only reports it, from the journal: no worker is started and no
+  TensorFlow loaded. None: there is something to run, resume or refuse (SearchLoop does)."""
+  if args.overwrite:
+    return None
+  journal = journal_lib.journal_for(args.job_dir)
+  try:
+    events = journal.events() if journal.exists() else []
+  except NascliError:
+    return None  # damaged: the search itself says how
+  first = events[0] if events else {}
+  if first.get("event") != "search_started" or not isinstance(first.get("settings"), dict):
+    return None
+  settings = args.settings()
+  if (journal_lib.fingerprint(first["settings"], MUTABLE)
+      != journal_lib.fingerprint(settings, MUTABLE)):
+    return None
+  state = journal_lib.replay(events)
+  if state.unfinished() or (args.scheduler.early_stopping and scheduler_lib.owed(
+      scheduler_lib.make(args.scheduler), events)):
+    return None
+  failed = len(state.trial_ids(*journal_lib.FAILED_STATUSES))
+  if len(state.proposals) < args.max_nas_trial and failed <= max_failed(args):
+    return None
+  if to_export(args, state):
+    return None
+  return state
+
+
+def report_finished(args: SearchArgs, state: journal_lib.JobState, space_name: str,
+                    metric: str) -> None:
+  """What a rerun of a finished job says on stderr: that nothing runs, what became of the
+  flags that change how trials run, the trials' table; a job none of whose trials gave a
+  result is refused (exit 1) with how to go on."""
+  log = console.whole(stderr)
+  done = len(state.trial_ids(*journal_lib.FINAL_STATUSES))
+  log.print(f"search {args.job_dir} is finished ({done} trial(s)): reporting it, nothing runs"
+            " (raise --max_nas_trial for more trials)", highlight=False, markup=False)
+  changed = mutable_changes(state.settings or {}, args.settings())
+  if changed:
+    log.print(f"note: ignored, no trial is left to run or export: {'; '.join(changed)}",
+              highlight=False, markup=False)
+  log.print(_title(args, space_name, state), highlight=False, markup=False)
+  log.print(_table(args, space_name, metric, state, {}, titled=False))
+  failed_all = all_failed(args.job_dir, state)
+  failed = len(state.trial_ids(*journal_lib.FAILED_STATUSES))
+  if failed > max_failed(args):  # as the search that stopped there said
+    raise NascliError(_exceeded(failed, max_failed(args))
+                      + (f"; {failed_all}" if failed_all else ""))
+  if failed_all is not None:
+    raise failed_all
+
+
+def max_failed(args: SearchArgs) -> int:
+  """--max_failed_nas_trial, by default --max_nas_trial."""
+  return (args.max_failed_nas_trial if args.max_failed_nas_trial is not None
+          else args.max_nas_trial)
+
+
+def _exceeded(failed: int, limit: int) -> str:
+  return f"search stopped: {failed} failed trials exceed --max_failed_nas_trial {limit}"
+
+
 # What an attempt measured, as `completed` records it; what a later rung reuses of its first.
 _MEASURED = ("accuracy", "latency_ms", "flops", "params", "seconds")
 _CARRIED = ("latency_ms", "params", "flops")
@@ -566,6 +708,13 @@ def _check_scheduler(args: SearchArgs) -> None:
   scheduler_lib.check(s.name, s.min_steps if s.early_stopping else None,
                       s.reduction_factor if s.early_stopping else None,
                       multi_objective=bool(args.objectives))
+
+
+def check_budget(args: SearchArgs, train_steps: int) -> None:
+  """Early stopping needs a rung below the trials' budget (known once the config is built)."""
+  s = args.scheduler
+  if s.early_stopping:
+    scheduler_lib.check_budget(s.name, s.min_steps, s.reduction_factor, train_steps)
 
 
 class _Progress:

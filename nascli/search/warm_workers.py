@@ -27,19 +27,22 @@ class Worker:
   """One worker process and its two channels."""
 
   def __init__(self, env: dict[str, str] | None, cwd: str | None, log_path: str,
-               max_requests: int = DEFAULT_MAX_TRIALS):
+               max_requests: int = DEFAULT_MAX_TRIALS, check_argv: list[str] | None = None):
+    """`check_argv`: the worker first checks the search's config (preflight.ConfigCheck)."""
     read_end, write_end = os.pipe()
+    module = ["nascli.search.preflight", *check_argv] if check_argv else ["nascli.search.worker"]
     os.makedirs(os.path.dirname(log_path), exist_ok=True)
     try:
       with open(log_path, "ab") as log:
         self.process = subprocess.Popen(  # pylint: disable=consider-using-with
-            [sys.executable, "-m", "nascli.search.worker", "--reply_fd", str(write_end),
+            [sys.executable, "-m", *module, "--reply_fd", str(write_end),
              "--max_requests", str(max_requests)],
             stdin=subprocess.PIPE, stdout=log, stderr=log, env=env, cwd=cwd,
             pass_fds=(write_end,), preexec_fn=executors.die_with_parent, process_group=0)
     finally:
       os.close(write_end)
     os.set_blocking(read_end, False)
+    self.log_path = log_path
     self._replies = read_end
     self._buffer = b""
     self._next_id = 0
@@ -136,6 +139,16 @@ def take_idle_worker(executor: executors.Executor) -> Worker | None:
   return None
 
 
+def start_config_check(executor: executors.Executor, check: Any, log_dir: str) -> Worker:
+  """The worker that checks the search's config (preflight.ConfigCheck) before any trial: the
+  first warm worker of a WarmExecutor (it goes on to run trials), else one of its own (ended
+  by its close())."""
+  if isinstance(executor, WarmExecutor):
+    return executor.start_checking(check, log_dir)
+  return Worker(None, os.getcwd(), os.path.join(log_dir, "config-check.log"), max_requests=1,
+                check_argv=check.argv())
+
+
 class _Assignment:
   """A trial attempt given to a worker: the executor's handle of it."""
 
@@ -165,7 +178,12 @@ class WarmExecutor(executors.LocalExecutor):
     for slot in self.slots(count):
       self._worker(slot, log_dir)
 
-  def _worker(self, slot: int, log_dir: str) -> Worker:
+  def start_checking(self, check: Any, log_dir: str) -> Worker:
+    """Starts slot 0's worker, which checks the search's config (preflight.py) first."""
+    slot = self.slots(1)[0]
+    return self._worker(slot, log_dir, check_argv=check.argv())
+
+  def _worker(self, slot: int, log_dir: str, check_argv: list[str] | None = None) -> Worker:
     worker = self._workers.get(slot)
     if worker is not None and worker.usable():
       return worker
@@ -177,7 +195,8 @@ class WarmExecutor(executors.LocalExecutor):
       env["CUDA_VISIBLE_DEVICES"] = gpu
     self._started += 1
     log = os.path.join(log_dir, f"worker-{self._started}.log")
-    worker = self._workers[slot] = Worker(env, os.getcwd(), log, self.max_trials_per_worker)
+    worker = self._workers[slot] = Worker(env, os.getcwd(), log, self.max_trials_per_worker,
+                                          check_argv=check_argv)
     return worker
 
   def start(self, spec_path: str, trial_dir: str, slot: Any,
