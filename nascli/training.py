@@ -14,7 +14,7 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
 from nascli import runtime
 from nascli import storage
 from nascli.errors import ConfigValueError, NascliError
-from nascli.run_spec import Architecture, RunSpec
+from nascli.run_spec import RunSpec
 
 stderr = Console(stderr=True)
 DEFAULT_MODEL_DIR = os.path.join("nascli_output", "train")
@@ -253,18 +253,12 @@ def train_search_trials(args: TrainArgs, job_dir: str, trial_numbers: str,
     raise NascliError("--train_nas_trial_numbers needs trial ids, e.g. 3,7")
   base_dir = args.model_dir or DEFAULT_MODEL_DIR
   run = args.run
-  has_data = any((run.data.dataset_dir, run.data.training_data_path,
-                  run.data.validation_data_path))
   trials = [stage2.read_trial(job_dir, trial_id) for trial_id in ids]  # all checked up front
   results = []
   for trial in trials:
-    for note in trial.notes:
+    trial_run, notes = stage2.trial_run(run, trial, search_space, search_space_module)
+    for note in notes:
       stderr.print(f"note: {note}")
-    recipe = trial.recipe
-    if recipe and run.experiment and trial.experiment and run.experiment != trial.experiment:
-      stderr.print(f"note: --experiment {run.experiment} is not the search's"
-                   f" {trial.experiment}: trial {trial.trial_id} starts from its defaults")
-      recipe = None
     options = dict(run.options)
     if warm_start:
       import tensorflow as tf  # pylint: disable=g-import-not-at-top
@@ -275,14 +269,7 @@ def train_search_trials(args: TrainArgs, job_dir: str, trial_numbers: str,
         raise NascliError(f"trial {trial.trial_id} of {job_dir} has no checkpoint to start from")
       options = _merge(options, {"task": {"init_checkpoint": checkpoint,
                                           "init_checkpoint_modules": "backbone"}})
-    # No data flags: the search's data (the data fields its trials ran with).
-    data = run.data if has_data else dataclasses.replace(run.data, **trial.data)
-    space = ((trial.search_space, trial.search_space_module) if trial.search_space
-             else (search_space, search_space_module))
-    trial_run = dataclasses.replace(
-        run, architecture=Architecture(space[0], trial.nas_params_path, space[1]),
-        experiment=run.experiment or (trial.experiment if recipe else None), options=options,
-        recipe=recipe, data=data)
     results.append(train(dataclasses.replace(
-        args, run=trial_run, model_dir=storage.join(base_dir, trial.trial_id))))
+        args, run=dataclasses.replace(trial_run, options=options),
+        model_dir=storage.join(base_dir, trial.trial_id))))
   return results

@@ -1,9 +1,11 @@
-"""Stage 2 (`train --search_job_dir JOB --train_nas_trial_numbers ID`) starts from the search's
-own recipe with a longer schedule: no config flags needed, the user's flags still win.
+"""Stage 2 (`train --search_job_dir JOB --train_nas_trial_numbers ID`, or `train --nas_params_str
+JOB/ID/nas_params_str.json`) starts from the search's own recipe with a longer schedule: no config
+flags needed, the user's flags still win. Another architecture gets its space's search recipe
+sized to the data; a schedule absurd for the data that nobody wrote is refused.
 
-The search job dirs here are built as a search writes a trial before training it (trial_spec.json
-and nas_params_str.json by the driver, params.yaml and nascli_run.json by the trial's
-`nascli.training.train` as it starts), without running a search.
+The search job dirs here are built as a search writes a trial before training it (the journal,
+trial_spec.json and nas_params_str.json by the driver, params.yaml and nascli_run.json by the
+trial's `nascli.training.train` as it starts), without running a search.
 """
 
 import json
@@ -17,7 +19,9 @@ from conftest import convert_digits32
 from nascli import training
 from nascli.data.convert import ShardingOptions, convert
 from nascli.data.source import ConvertOptions
+from nascli.errors import NascliError
 from nascli.run_spec import Architecture, DataSpec, RunSpec, TrialSettings
+from nascli.search import journal
 from nascli.search import trial as trial_lib
 from tf_vision.configs import stage2
 from tf_vision.params import load_yaml_source
@@ -43,6 +47,8 @@ def _fake_search_trial(job_dir: Path, trial_id: str, space: str, config_file: Pa
   chosen = nas_params.to_nas_params(get_search_space(space), algo.propose())
   trial_dir = job_dir / trial_id
   trial_dir.mkdir(parents=True)
+  with journal.Journal.in_dir(job_dir).open_for_writing() as events:
+    events.append({"event": "search_started", "settings": {"search_space": space}})
   (trial_dir / "nas_params_str.json").write_text(json.dumps(chosen, indent=2))
   run = RunSpec(config_files=[str(config_file)], data=DataSpec(dataset_dir=data_dir))
   spec = trial_lib.TrialSpec(job_dir=str(job_dir), trial_id=trial_id, search_space=space,
@@ -93,18 +99,25 @@ def _stage2_plan(job, trial_id, **kwargs):
 
 def test_stage2_with_no_config_flags_trains_the_search_recipe_to_top1_090(cli, digits, tmp_path):
   search_data, data, job = digits
-  # What it will train, before training: the search's recipe, five times longer.
+  # What `--search_job_dir JOB --train_nas_trial_numbers 1` trains: the search's recipe, five
+  # times longer.
   params = _stage2_plan(job, "1", dataset_dir=data).params
   assert params.trainer.train_steps == 5 * 100 == 5 * stage2.STAGE2_SCHEDULE_FACTOR * 20
   assert params.task.train_data.global_batch_size == 32
   assert params.trainer.optimizer_config.learning_rate.cosine.decay_steps == 500
   assert params.trainer.optimizer_config.warmup.linear.warmup_steps == 25
   assert (params.trainer.steps_per_loop, params.trainer.checkpoint_interval) == (20, 500)
+  # The docs' one-architecture command on a trial file of that job takes the same path.
+  nas_params = job / "1" / "nas_params_str.json"
+  run, _ = stage2.nas_params_run(RunSpec(architecture=Architecture("mnasnet", str(nas_params)),
+                                         data=DataSpec(dataset_dir=data)))
+  assert run.recipe.origin == f"trial 1's params.yaml ({job}/1/params.yaml)"
+  assert training.plan(training.TrainArgs(run=run)).params.as_dict() == params.as_dict()
 
-  code, out, err = cli("train", "--search_job_dir", job, "--train_nas_trial_numbers", "1",
-                       "--dataset_dir", data, "--model_dir", tmp_path / "stage2", "--json")
+  code, out, err = cli("train", "--nas_params_str", nas_params, "--dataset_dir", data,
+                       "--model_dir", tmp_path / "arch1", "--json")
   assert code == 0, err[-2000:]
-  result = json.loads(out)[0]
+  result = json.loads(out)
   assert result["step"] == 500
   assert result["eval_metrics"]["accuracy"] >= 0.9, result["eval_metrics"]
   print(f"stage 2 on digits: top-1 {result['eval_metrics']['accuracy']:.4f},"
@@ -114,9 +127,92 @@ def test_stage2_with_no_config_flags_trains_the_search_recipe_to_top1_090(cli, d
           " records, global batch 32, learning rate 0.05 (cosine)") in lines
   assert (f"  from trial 1's params.yaml ({job}/1/params.yaml); schedule 5x the search's 100"
           " steps (STAGE2_SCHEDULE_FACTOR)") in lines
-  saved = (tmp_path / "stage2" / "1" / "params.yaml").read_text()
+  assert not [line for line in lines if line.startswith("warning:")], lines
+  saved = (tmp_path / "arch1" / "params.yaml").read_text()
   assert f"{data}/train-*-of-00002.tfrecord" in saved  # the stage-2 data, not the search's
   assert search_data not in saved
+  assert load_yaml_source(str(tmp_path / "arch1" / "params.yaml"), "params.yaml")["trainer"][
+      "train_steps"] == 500
+  # As with --search_job_dir, config flags apply on top of the carried recipe.
+  run, _ = stage2.nas_params_run(RunSpec(architecture=Architecture("mnasnet", str(nas_params)),
+                                         data=DataSpec(dataset_dir=data),
+                                         params_override="trainer.train_steps=7"))
+  t = training.plan(training.TrainArgs(run=run)).params.trainer
+  assert (t.train_steps, t.optimizer_config.learning_rate.cosine.decay_steps) == (7, 7)
+
+
+def test_an_architecture_outside_a_search_job_gets_its_space_recipe_sized_to_the_data(
+    digits, shapes, tmp_path, capsys):
+  _, data, job = digits
+  text = (job / "1" / "nas_params_str.json").read_text()
+  elsewhere = tmp_path / "arch.json"  # a file outside a job dir, and the JSON text itself
+  elsewhere.write_text(text)
+  for nas_params in (str(elsewhere), text):
+    run, notes = stage2.nas_params_run(RunSpec(architecture=Architecture("mnasnet", nas_params),
+                                               data=DataSpec(dataset_dir=data)))
+    assert notes == [] and run.recipe.epochs == stage2.STAGE2_EPOCHS == 11
+    params = training.plan(training.TrainArgs(run=run)).params
+    # 11 epochs of 1438 records at the recipe's batch 32: 495 steps, whole loops of 20: 500.
+    assert params.trainer.train_steps == 500
+    assert params.task.train_data.global_batch_size == 32
+    assert params.trainer.optimizer_config.learning_rate.cosine.decay_steps == 500
+    assert (params.trainer.checkpoint_interval, params.trainer.validation_interval) == (500, 500)
+    assert params.task.model.backbone.type == "tunable_mnasnet"
+  err = capsys.readouterr().err.splitlines()
+  assert ("  from the mnasnet search recipe (tf_vision/test_files/fast_nas_classification_search"
+          "_for_testing.yaml); schedule sized to 11 epochs of the data (STAGE2_EPOCHS), stretched"
+          " from the recipe's 100 steps") in err
+  # Sized to other data: 32 shapes at the spinenet recipe's batch 8, 44 steps, one loop of 50
+  # (not the search job's 5 x 300 = 1500 steps, 375 epochs).
+  data, job = shapes
+  run, _ = stage2.nas_params_run(RunSpec(
+      architecture=Architecture("spinenet", (job / "2" / "nas_params_str.json").read_text()),
+      data=DataSpec(dataset_dir=data)))
+  params = training.plan(training.TrainArgs(run=run)).params
+  assert (params.trainer.train_steps, params.task.train_data.global_batch_size) == (50, 8)
+  assert params.trainer.optimizer_config.learning_rate.cosine.decay_steps == 50
+  assert ("stage 2 recipe: nas_retinanet_tunable_spinenet, 50 steps = 12.5 epochs of 32 records,"
+          " global batch 8, learning rate 0.04 (cosine)") in capsys.readouterr().err.splitlines()
+  # A config flag: the run as the user gave it.
+  run = RunSpec(architecture=Architecture("mnasnet", text), params_override="trainer.train_steps=9")
+  assert stage2.nas_params_run(run) == (run, [])
+
+
+def test_an_absurd_schedule_nobody_wrote_is_refused_and_the_users_own_only_warns(cli, digits,
+                                                                                tmp_path):
+  _, data, _ = digits
+  refusal = (
+      "invalid config: trainer.train_steps 12218 at global batch 1024 is 8700 epochs of the 1438"
+      " training records (more than 1000): a schedule for a larger data set;"
+      " trainer.train_steps, task.train_data.global_batch_size came from the defaults of"
+      " experiment nas_classification_tunable_mnasnet, not from you: set trainer.train_steps=62,"
+      "task.train_data.global_batch_size=256 (11 epochs) with --params_override or a"
+      " --config_file")
+  with pytest.raises(NascliError) as e:
+    training.plan(training.TrainArgs(run=RunSpec(
+        experiment="nas_classification_tunable_mnasnet", data=DataSpec(dataset_dir=data))))
+  assert str(e.value) == refusal
+  model_dir = tmp_path / "run"
+  code, _, err = cli("train", "--experiment", "nas_classification_tunable_mnasnet",
+                     "--dataset_dir", data, "--model_dir", model_dir)
+  assert (code, err.strip().splitlines()[-1]) == (1, f"Error: {refusal}")
+  assert "Traceback" not in err and not model_dir.exists()
+  # The schedule fixed, the defaults' validation batch is next: 1024 of 359 records, dropped.
+  with pytest.raises(NascliError, match=(
+      r"evaluation sees no batch; task.validation_data.global_batch_size,"
+      r" task.validation_data.drop_remainder came from the defaults of experiment"
+      r" nas_classification_tunable_mnasnet, not from you: set"
+      r" task.validation_data.global_batch_size=359 or task.validation_data.drop_remainder=false")):
+    training.plan(training.TrainArgs(run=RunSpec(
+        experiment="nas_classification_tunable_mnasnet", data=DataSpec(dataset_dir=data),
+        params_override="trainer.train_steps=62,task.train_data.global_batch_size=256")))
+  # Values the user wrote only warn; a run that does not evaluate has no validation batch.
+  run_plan = training.plan(training.TrainArgs(mode="train", run=RunSpec(
+      experiment="nas_classification_tunable_mnasnet", data=DataSpec(dataset_dir=data),
+      params_override="trainer.train_steps=20000")))
+  assert run_plan.warnings == [
+      "trainer.train_steps 20000 at global batch 1024 is 14242 epochs of the 1438 training"
+      " records (more than 1000): a schedule for a larger data set?"]
 
 
 def test_params_override_wins_over_the_carried_recipe(cli, digits, tmp_path):

@@ -268,9 +268,10 @@ def build(spec: BuildSpec) -> RunPlan:
   explicit: dict[str, str] = {}  # what the user's own sources set: consistency's fix-or-refuse
 
   search_steps = 0
+  carried: dict[str, str] = {}  # what the stage-2 recipe set: named when a value is refused
   if run.recipe:
     for override, what in run.recipe.sources:
-      apply_override(params, override, what)
+      apply_override(params, override, what, carried)
     search_steps = params.trainer.train_steps
   train, val, info = _resolve_data(_data_of(run, file_hparams))
   apply_override(params, _data_defaults(params, info, train, val), "the data set")
@@ -328,15 +329,21 @@ def build(spec: BuildSpec) -> RunPlan:
     if not getattr(params.task, split).input_path:
       raise NascliError(f"no {split.replace('_data', '')} data: give --dataset_dir, or"
                         f" --{'training' if split == 'train_data' else 'validation'}_data_path")
+  validation_records = int((info or {}).get("splits", {}).get("validation", {}).get(
+      "num_records", 0))
   if run.recipe:
-    _stretch_stage2_schedule(params, run.recipe, search_steps, explicit)
+    sized = bool(run.recipe.epochs and train_records)
+    if sized:
+      _fit_stage2_schedule(params, run.recipe, train_records, validation_records, explicit,
+                           carried)
+    _stretch_stage2_schedule(params, run.recipe, search_steps, explicit, sized)
 
   replicas, replicas_from = consistency.replicas(params.runtime, spec.gpu_count)
-  split_records = (info or {}).get("splits", {})
   ctx = consistency.Context(
       params=params, explicit=explicit, num_replicas=replicas, replicas_from=replicas_from,
-      train_records=train_records,
-      validation_records=int(split_records.get("validation", {}).get("num_records", 0)))
+      train_records=train_records, validation_records=validation_records,
+      carried=carried, defaults=f"the defaults of experiment {name}",
+      evaluates=spec.mode != "train")
   consistency.check(ctx)
   notes += ctx.notes
   steps_per_epoch = (train_records // params.task.train_data.global_batch_size
@@ -347,6 +354,7 @@ def build(spec: BuildSpec) -> RunPlan:
   except (KeyError, ValueError) as e:
     raise NascliError(f"invalid config: {_first_line(e)}") from None
   params.lock()
+  warnings = consistency.refuse_absurd_schedules(ctx)
   recipe_lines = []
   if run.recipe:
     user_sources = list(dict.fromkeys(
@@ -355,7 +363,7 @@ def build(spec: BuildSpec) -> RunPlan:
         params, name, run.recipe, search_steps, train_records,
         explicit.get("trainer.train_steps"), user_sources)
   return RunPlan(params=params, experiment=name, steps_per_epoch=steps_per_epoch,
-                 dataset_info=info, notes=notes, warnings=consistency.warnings(ctx),
+                 dataset_info=info, notes=notes, warnings=warnings,
                  recipe_lines=recipe_lines, ground_truth=ground_truth)
 
 
@@ -386,11 +394,38 @@ def _complete(params: cfg.ExperimentConfig, spec: BuildSpec,
   return ground_truth
 
 
+def _fit_stage2_schedule(params: cfg.ExperimentConfig, recipe: stage2.Recipe, train_records: int,
+                         validation_records: int, explicit: dict[str, str],
+                         carried: dict[str, str]) -> None:
+  """A data-sized recipe: batches that fit the data and `recipe.epochs` epochs of it (the
+  schedule's other step counts then follow in _stretch_stage2_schedule), except what the user
+  set."""
+  what = f"{recipe.origin}, sized to the data"
+  train_data, validation_data = params.task.train_data, params.task.validation_data
+  user_batch = "task.train_data.global_batch_size" in explicit
+  steps, batch = stage2.fit_schedule(train_records, train_data.global_batch_size,
+                                     params.trainer.steps_per_loop, recipe.epochs,
+                                     fit_batch=not user_batch)
+  if not user_batch:
+    train_data.global_batch_size = batch
+    carried["task.train_data.global_batch_size"] = what
+  if "trainer.train_steps" not in explicit:
+    params.trainer.train_steps = steps
+    carried["trainer.train_steps"] = what
+  key = "task.validation_data.global_batch_size"
+  if (validation_records and key not in explicit
+      and validation_data.global_batch_size > validation_records):
+    validation_data.global_batch_size = validation_records
+    carried[key] = what
+
+
 def _stretch_stage2_schedule(params: cfg.ExperimentConfig, recipe: stage2.Recipe,
-                             search_steps: int, explicit: dict[str, str]) -> None:
-  """The search's schedule, `schedule_factor` times longer (or as long as the user said)."""
+                             search_steps: int, explicit: dict[str, str],
+                             sized: bool = False) -> None:
+  """The search's schedule, `schedule_factor` times longer (or as long as the user said, or as
+  _fit_stage2_schedule sized it: `sized`), every step count of it following."""
   if not search_steps:
     return
-  if "trainer.train_steps" not in explicit:
+  if "trainer.train_steps" not in explicit and not sized:
     params.trainer.train_steps = max(1, round(search_steps * recipe.schedule_factor))
   stage2.stretch_schedule(params, params.trainer.train_steps / search_steps, explicit)

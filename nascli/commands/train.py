@@ -1,5 +1,6 @@
 """`nascli train`: train a Model Garden model (classification or RetinaNet) on TFRecords."""
 
+import dataclasses
 import json
 import os
 from typing import Annotated, Any, Optional
@@ -184,6 +185,12 @@ def _train(
     for result in results if not as_json else []:
       _print_result(result)
     return
+  if nas_params_str:  # no config flags: the search's recipe, or one sized to the data
+    from tf_vision.configs import stage2
+    staged, notes = stage2.nas_params_run(run)
+    for note in notes:
+      stderr.print(f"note: {note}")
+    train_args = dataclasses.replace(train_args, run=staged)
   result = training.train(train_args)
   if as_json:
     print(json.dumps(result, indent=2))

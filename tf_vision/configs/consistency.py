@@ -14,7 +14,13 @@ defaults is rounded up to a multiple of a steps_per_loop the user chose. A contr
 values the user wrote is refused, naming the keys and values that would work.
 
 `@schedule_warning` functions are softer: a schedule that trains, but makes no sense for the data
-(a batch larger than the training set, thousands of epochs), gets one warning line each.
+gets one warning line each. `@absurd_schedule` ones are warnings about values that are absurd
+for the data: more than MAX_SENSIBLE_EPOCHS epochs, a batch larger than the training set, a warmup
+longer than the run, an evaluation that sees no batch (drop_remainder on a validation set smaller
+than its batch). When the user wrote none of the values such a warning is about, nobody chose
+them (an experiment's defaults, a stage-2 recipe: e.g. an ImageNet schedule on the digits, 100
+minutes of 8,700 epochs), so the run is refused in one line naming them, where they came from and
+what to set; when the user wrote one of them, it is their schedule and only warns.
 """
 
 import dataclasses
@@ -25,6 +31,7 @@ from typing import Any, Callable, Mapping
 
 from nascli.errors import NascliError
 from official.core import config_definitions as cfg
+from tf_vision.configs import stage2
 
 # More epochs than this is a schedule meant for another data set (e.g. ImageNet's on digits).
 MAX_SENSIBLE_EPOCHS = 1000
@@ -43,6 +50,10 @@ class Context:
   train_records: int = 0  # 0: unknown
   validation_records: int = 0
   notes: list[str] = dataclasses.field(default_factory=list)
+  # Keys a stage-2 recipe set -> its name; the other values nobody set come from `defaults`.
+  carried: Mapping[str, str] = dataclasses.field(default_factory=dict)
+  defaults: str = "the experiment's defaults"
+  evaluates: bool = True  # the run evaluates (its mode is not `train`)
 
   def get(self, key: str) -> Any:
     node = self.params
@@ -87,6 +98,51 @@ def schedule_warning(fn: Check) -> Check:
   return fn
 
 
+@dataclasses.dataclass(frozen=True)
+class _Absurd:
+  keys: tuple[str, ...]  # the values the warning is about (warning_keys may name more)
+  fix: Callable[[Context], str]  # what to set instead, e.g. `trainer.train_steps=500`
+
+
+_ABSURD: dict[Check, _Absurd] = {}
+
+
+def absurd_schedule(*keys: str | Callable[[Context], tuple[str, ...]],
+                    fix: Callable[[Context], str]) -> Callable[[Check], Check]:
+  """Registers a warning about values absurd for the data: refused when the user set none of
+  `keys` (a key may be a function of the context, e.g. the warmup type's field)."""
+  def decorator(fn: Check) -> Check:
+    _ABSURD[fn] = _Absurd(tuple(keys), fix)
+    return schedule_warning(fn)
+  return decorator
+
+
+def warning_keys(fn: Check, ctx: Context) -> tuple[str, ...]:
+  absurd = _ABSURD.get(fn)
+  if absurd is None:
+    return ()
+  return tuple(k for key in absurd.keys for k in ((key,) if isinstance(key, str) else key(ctx)))
+
+
+def refuse_absurd_schedules(ctx: Context) -> list[str]:
+  """The schedule warnings; raises a one-line NascliError for the first absurd one about values
+  the user wrote none of (see the module docstring)."""
+  messages = []
+  for fn in _WARNINGS:
+    message = fn(ctx)
+    if not message:
+      continue
+    keys = warning_keys(fn, ctx)
+    if keys and not any(ctx.given(k) for k in keys):
+      origins = list(dict.fromkeys(ctx.carried.get(k, ctx.defaults) for k in keys))
+      raise NascliError(
+          f"invalid config: {message.rstrip('?')}; {', '.join(keys)} came from {' and '.join(origins)},"
+          f" not from you: set {_ABSURD[fn].fix(ctx)} with --params_override or a"
+          " --config_file")
+    messages.append(message)
+  return messages
+
+
 def check(ctx: Context) -> None:
   """Applies the silent fixes; raises a one-line NascliError for the first contradiction."""
   for fn in _INVARIANTS:
@@ -96,6 +152,7 @@ def check(ctx: Context) -> None:
 
 
 def warnings(ctx: Context) -> list[str]:
+  """Every schedule warning's line, none refused."""
   return [message for fn in _WARNINGS if (message := fn(ctx))]
 
 
@@ -342,7 +399,19 @@ def _epochs(ctx: Context) -> float | None:
   return ctx.get("trainer.train_steps") * batch / ctx.train_records
 
 
-@schedule_warning
+def _fitted_schedule(ctx: Context) -> str:
+  """STAGE2_EPOCHS epochs of the data at a batch that fits it (stage 2's sizing rule)."""
+  batch = ctx.get("task.train_data.global_batch_size")
+  steps, fitted = stage2.fit_schedule(ctx.train_records, batch)
+  return (f"trainer.train_steps={steps}"
+          + (f",task.train_data.global_batch_size={fitted}" if fitted != batch else "")
+          + f" ({stage2.STAGE2_EPOCHS} epochs)")
+
+
+_TRAIN_SCHEDULE = ("trainer.train_steps", "task.train_data.global_batch_size")
+
+
+@absurd_schedule("task.train_data.global_batch_size", fix=_fitted_schedule)
 def _batch_larger_than_training_set(ctx: Context) -> str | None:
   batch = ctx.get("task.train_data.global_batch_size")
   if not ctx.train_records or batch <= ctx.train_records:
@@ -351,7 +420,7 @@ def _batch_larger_than_training_set(ctx: Context) -> str | None:
           f" ({ctx.train_records} records): an epoch is shorter than one step")
 
 
-@schedule_warning
+@absurd_schedule(*_TRAIN_SCHEDULE, fix=_fitted_schedule)
 def _too_many_epochs(ctx: Context) -> str | None:
   epochs = _epochs(ctx)
   if epochs is None or epochs <= MAX_SENSIBLE_EPOCHS:
@@ -371,7 +440,13 @@ def _fewer_steps_than_one_loop(ctx: Context) -> str | None:
           f" one loop of {steps} steps")
 
 
-@schedule_warning
+def _warmup_key(ctx: Context) -> tuple[str, ...]:
+  warmup = ctx.params.trainer.optimizer_config.warmup
+  return (f"trainer.optimizer_config.warmup.{warmup.type}.warmup_steps",) if warmup.type else ()
+
+
+@absurd_schedule(_warmup_key, "trainer.train_steps", fix=lambda ctx: (
+    f"{_warmup_key(ctx)[0]}={max(1, ctx.get('trainer.train_steps') // 20)} (5% of the run)"))
 def _warmup_longer_than_training(ctx: Context) -> str | None:
   warmup = ctx.params.trainer.optimizer_config.warmup
   branch = warmup.get() if warmup.type else None
@@ -382,10 +457,13 @@ def _warmup_longer_than_training(ctx: Context) -> str | None:
           f" {ctx.get('trainer.train_steps')}: the learning rate never reaches its peak")
 
 
-@schedule_warning
+@absurd_schedule("task.validation_data.global_batch_size", "task.validation_data.drop_remainder",
+                 fix=lambda ctx: (f"task.validation_data.global_batch_size="
+                                  f"{ctx.validation_records} or"
+                                  " task.validation_data.drop_remainder=false"))
 def _no_validation_batch(ctx: Context) -> str | None:
   data = ctx.params.task.validation_data
-  if not ctx.validation_records or not data.drop_remainder:
+  if not ctx.evaluates or not ctx.validation_records or not data.drop_remainder:
     return None
   if data.global_batch_size <= ctx.validation_records:
     return None

@@ -12,19 +12,38 @@ that length instead, except for step counts they set themselves.
 
 The default factor: 5 takes the tiny MnasNet trial of the testing YAML (100 steps) to 500 steps,
 about 11 epochs of the embedded digits, which reaches top-1 >= 0.9 on a CPU in about a minute.
+
+`train --nas_params_str` takes the same path when its file is a trial of a search job
+(`JOB/3/nas_params_str.json`, JOB holding the search's journal): `nas_params_run` reads the trial
+with `read_trial` and builds its run with `trial_run`, as `--search_job_dir` does. Any other
+architecture (JSON text, a file elsewhere) without config flags gets the recipe its space's search
+uses without config flags (the testing YAML) with a schedule sized to the data:
+STAGE2_EPOCHS epochs of the training records at the recipe's batch (lowered to a power of two
+where an epoch would be shorter than MIN_STEPS_PER_EPOCH steps), in whole loops (`fit_schedule`),
+instead of the experiment's ImageNet schedule (12,218 steps at batch 1024: 8,700 epochs of the
+digits, 100 minutes on a CPU).
 """
 
 import dataclasses
 import json
+import math
+import os
 from typing import Any
 
 from nascli import storage
 from nascli.errors import NascliError
-from nascli.run_spec import DataSpec
+from nascli.run_spec import Architecture, DataSpec, RunSpec
+from nascli.search import journal
 from official.core import config_definitions as cfg
 from tf_vision.configs.yaml_source import load_yaml_source
 
 STAGE2_SCHEDULE_FACTOR = 5
+# A data-sized stage 2 trains this many epochs: what the default stage 2 of a default search trial
+# trains on the embedded digits (500 steps at batch 32 = 11.1 epochs, top-1 about 0.98).
+STAGE2_EPOCHS = 11
+# A batch that fits the data leaves an epoch at least this many steps (else it is lowered to a
+# power of two that does).
+MIN_STEPS_PER_EPOCH = 4
 # Keys of a trial's params.yaml that describe the search's data, not the recipe: the stage-2
 # run's data replaces them (nascli writes the detection ground truth again for its own data).
 DATA_KEYS = ("task.train_data.input_path", "task.validation_data.input_path",
@@ -57,6 +76,8 @@ class Recipe:
   sources: list[tuple[dict, str]]  # (override, its name for messages), in order
   origin: str  # where the recipe came from, for the recipe line
   schedule_factor: float = STAGE2_SCHEDULE_FACTOR
+  # Set: the schedule is sized to this many epochs of the run's data (fit_schedule) instead.
+  epochs: float | None = None
 
 
 @dataclasses.dataclass
@@ -135,6 +156,97 @@ def read_trial(job_dir: str, trial_id: str) -> Trial:
                recipe=recipe, notes=notes, search_space_module=spec.get("search_space_module"))
 
 
+def search_trial_of(nas_params: Any) -> tuple[str, str] | None:
+  """(job dir, trial id) when `nas_params` is `JOB/<id>/nas_params_str.json` of a search job."""
+  if not isinstance(nas_params, str) or nas_params.lstrip().startswith("{"):
+    return None
+  path = nas_params.rstrip("/") if storage.is_gcs(nas_params) else os.path.normpath(nas_params)
+  if not storage.is_gcs(path) and os.path.dirname(os.path.dirname(path)) == "":
+    path = os.path.abspath(path)  # e.g. 3/nas_params_str.json in the job dir itself
+  trial_dir, _, name = path.rpartition("/")
+  job_dir, _, trial_id = trial_dir.rpartition("/")
+  job_dir = job_dir or "/"
+  if name != "nas_params_str.json" or not trial_id or not storage.exists(
+      journal.journal_for(job_dir).path):
+    return None
+  return job_dir, trial_id
+
+
+def trial_run(run: RunSpec, trial: Trial, search_space: str = "mnasnet",
+              search_space_module: str | None = None) -> tuple[RunSpec, list[str]]:
+  """The run that retrains `trial` (and notes for stderr): its architecture, its search's
+  recipe beneath the run's own config sources, and the search's data unless the run names data.
+  `search_space`/`search_space_module` are the space of a trial whose trial_spec.json has none."""
+  notes = list(trial.notes)
+  recipe = trial.recipe
+  if recipe and run.experiment and trial.experiment and run.experiment != trial.experiment:
+    notes.append(f"--experiment {run.experiment} is not the search's {trial.experiment}: trial"
+                 f" {trial.trial_id} starts from its defaults")
+    recipe = None
+  data = run.data
+  if not any((data.dataset_dir, data.training_data_path, data.validation_data_path)):
+    data = dataclasses.replace(data, **trial.data)
+  space = ((trial.search_space, trial.search_space_module) if trial.search_space
+           else (search_space, search_space_module))
+  return dataclasses.replace(
+      run, architecture=Architecture(space[0], trial.nas_params_path, space[1]),
+      experiment=run.experiment or (trial.experiment if recipe else None), recipe=recipe,
+      data=data), notes
+
+
+def space_recipe(search_space: str, search_space_module: str | None = None) -> Recipe | None:
+  """The recipe a search of the space uses without config flags (its testing YAML), with a
+  schedule sized to the data; None for a space that has none."""
+  # pylint: disable=g-import-not-at-top
+  from tf_vision.search_spaces import registry
+  entry = registry.resolve_search_space(search_space, search_space_module)
+  if entry.defaults is None:
+    return None
+  path = entry.defaults.config_path()
+  return Recipe([(load_yaml_source(path, "--config_file"), f"the {entry.name} search recipe")],
+                origin=f"the {entry.name} search recipe ({os.path.relpath(path)})",
+                epochs=STAGE2_EPOCHS)
+
+
+def nas_params_run(run: RunSpec) -> tuple[RunSpec, list[str]]:
+  """`train --nas_params_str`: a trial of a search job retrains as `--search_job_dir` retrains
+  it (its search's recipe beneath any config flags); any other architecture, without config
+  flags, gets its space's search recipe sized to the data. Else (a config flag, an --experiment
+  not the space's) the run as it is."""
+  arch = run.architecture
+  found = search_trial_of(arch.nas_params) if arch else None
+  if found:
+    return trial_run(dataclasses.replace(run, architecture=None), read_trial(*found),
+                     arch.search_space, arch.search_space_module)
+  if arch is None or run.config_files or run.params_override or run.hparams_file:
+    return run, []
+  # pylint: disable=g-import-not-at-top
+  from tf_vision.search_spaces import registry
+  binding = registry.resolve_search_space(arch.search_space, arch.search_space_module).binding
+  if run.experiment and binding and run.experiment != binding.experiment:
+    return run, []
+  return dataclasses.replace(run, recipe=space_recipe(arch.search_space,
+                                                      arch.search_space_module)), []
+
+
+def _fit_batch(batch: int, records: int, min_steps: int = 1) -> int:
+  """`batch`, or the largest power of two that leaves an epoch of `records` `min_steps` steps."""
+  if not records or not batch or batch * min_steps <= records:
+    return batch
+  return 2 ** max(0, (records // min_steps).bit_length() - 1)
+
+
+def fit_schedule(train_records: int, batch: int, steps_per_loop: int = 1,
+                 epochs: float = STAGE2_EPOCHS, fit_batch: bool = True) -> tuple[int, int]:
+  """(train_steps, global batch) for `epochs` epochs of `train_records`: the batch fitted to the
+  data (`fit_batch`, MIN_STEPS_PER_EPOCH), the steps rounded up to whole loops."""
+  if fit_batch:
+    batch = _fit_batch(batch, train_records, MIN_STEPS_PER_EPOCH)
+  steps = max(1, math.ceil(epochs * train_records / batch))
+  loop = max(1, steps_per_loop or 1)
+  return -(-steps // loop) * loop, batch
+
+
 def _scaled(value: Any, ratio: float) -> Any:
   if isinstance(value, (list, tuple)):
     return [_scaled(v, ratio) for v in value]
@@ -186,9 +298,14 @@ def recipe_lines(params: cfg.ExperimentConfig, experiment: str, recipe: Recipe,
             if train_records and batch else "")
   first = (f"stage 2 recipe: {experiment}, {steps} steps{epochs}, global batch {batch},"
            f" learning rate {learning_rate(params)}")
-  length = (f"schedule stretched from the search's {search_steps} steps to the"
-            f" trainer.train_steps of {steps_from}" if steps_from else
-            f"schedule {recipe.schedule_factor:g}x the search's {search_steps} steps"
-            " (STAGE2_SCHEDULE_FACTOR)")
+  if steps_from:
+    length = (f"schedule stretched from the search's {search_steps} steps to the"
+              f" trainer.train_steps of {steps_from}")
+  elif recipe.epochs and train_records:
+    length = (f"schedule sized to {recipe.epochs:g} epochs of the data (STAGE2_EPOCHS),"
+              f" stretched from the recipe's {search_steps} steps")
+  else:
+    length = (f"schedule {recipe.schedule_factor:g}x the search's {search_steps} steps"
+              " (STAGE2_SCHEDULE_FACTOR)")
   then = f"; then {', '.join(user_sources)}" if user_sources else ""
   return [first, f"  from {recipe.origin}; {length}{then}"]
