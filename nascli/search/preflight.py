@@ -38,6 +38,7 @@ class ConfigCheck:
   folder: str
   spec_path: str
   result_path: str
+  keep: bool = False  # its worker died: the folder keeps the log the error names
 
   def argv(self) -> list[str]:
     return ["--check_spec", self.spec_path, "--check_result", self.result_path]
@@ -50,7 +51,8 @@ class ConfigCheck:
       return None
 
   def remove(self) -> None:
-    shutil.rmtree(self.folder, ignore_errors=True)
+    if not self.keep:
+      shutil.rmtree(self.folder, ignore_errors=True)
 
 
 def prepare(args: Any) -> ConfigCheck:
@@ -81,6 +83,7 @@ def wait(check: ConfigCheck, worker: Any, log: str) -> dict[str, Any]:
     if code is not None:
       result = check.result()  # it may have written just before it ended
       if result is None:
+        check.keep = True
         raise NascliError(f"checking the trials' config: its worker {_died(code)} before it"
                           f" answered; see {log}")
       break

@@ -155,13 +155,12 @@ class SearchLoop:
       finally:
         if not isinstance(self.executor, warm_workers.WarmExecutor):
           checker.close()
+        check.remove()
       check_budget(args, checked["train_steps"])
       self._load_space()
     except BaseException:
       self.executor.close()
       raise
-    finally:
-      check.remove()
 
   def _load_space(self) -> None:
     args = self.args

@@ -141,12 +141,12 @@ def take_idle_worker(executor: executors.Executor) -> Worker | None:
 
 def start_config_check(executor: executors.Executor, check: Any, log_dir: str) -> Worker:
   """The worker that checks the search's config (preflight.ConfigCheck) before any trial: the
-  first warm worker of a WarmExecutor (it goes on to run trials), else one of its own (ended
-  by its close())."""
+  first warm worker of a WarmExecutor (it goes on to run trials, its log in `log_dir`), else
+  one of its own, logging in the check's folder (ended by its close())."""
   if isinstance(executor, WarmExecutor):
     return executor.start_checking(check, log_dir)
-  return Worker(None, os.getcwd(), os.path.join(log_dir, "config-check.log"), max_requests=1,
-                check_argv=check.argv())
+  return Worker(None, os.getcwd(), os.path.join(check.folder, "config-check.log"),
+                max_requests=1, check_argv=check.argv())
 
 
 class _Assignment:
