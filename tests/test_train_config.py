@@ -131,7 +131,10 @@ def test_nas_params_str_selects_the_tunable_backbone_and_its_blocks(digits_dir, 
   params = nas_params.to_nas_params(space, algo.propose())
   path = tmp_path / "nas_params_str.json"
   path.write_text(json.dumps(params))
-  plan_ = plan(_args(dataset_dir=digits_dir, nas_params=str(path)))
+  # (The experiment's ImageNet schedule alone is refused on the digits: a sized one.)
+  plan_ = plan(_args(dataset_dir=digits_dir, nas_params=str(path), params_override=(
+      "trainer.train_steps=100,task.train_data.global_batch_size=32,"
+      "task.validation_data.global_batch_size=64")))
   assert plan_.experiment == "nas_classification_tunable_mnasnet"
   backbone = plan_.params.task.model.backbone
   assert backbone.type == "tunable_mnasnet"
@@ -175,9 +178,11 @@ def test_interval_contradiction_is_refused_before_anything_is_written(cli, digit
 
 
 def test_intervals_the_user_did_not_set_follow_the_steps_per_loop_they_did(digits_dir):
-  # The issue's case: only steps_per_loop given; the experiment's 1222-step intervals follow.
-  t = plan(_args(experiment=NAS_MNASNET, dataset_dir=digits_dir,
-                     params_override="trainer.steps_per_loop=50")).params.trainer
+  # The issue's case: only steps_per_loop given; the experiment's 1222-step intervals follow
+  # (in a run that does not evaluate: the defaults' validation batch is larger than the digits').
+  t = plan(TrainArgs(run=_args(experiment=NAS_MNASNET, dataset_dir=digits_dir,
+                               params_override="trainer.steps_per_loop=50,"
+                               "trainer.train_steps=1250").run, mode="train")).params.trainer
   assert (t.summary_interval, t.checkpoint_interval, t.validation_interval) == (1250, 1250, 1250)
   # Only an interval given: the default steps_per_loop (50) is lowered to divide it.
   t = plan(_args(dataset_dir=digits_dir,
@@ -269,7 +274,9 @@ def test_values_nobody_set_are_fixed_silently():
 
 
 def test_absurd_schedules_get_a_warning_naming_the_numbers(digits_dir, capsys):
-  run_plan = plan(_args(experiment=NAS_MNASNET, dataset_dir=digits_dir))
+  # The values written by the user (the defaults' own are refused: tests/test_stage2.py).
+  run_plan = plan(_args(experiment=NAS_MNASNET, dataset_dir=digits_dir, params_override=(
+      "trainer.train_steps=12218,task.validation_data.global_batch_size=1024")))
   assert run_plan.warnings == [
       "trainer.train_steps 12218 at global batch 1024 is 8700 epochs of the 1438 training"
       " records (more than 1000): a schedule for a larger data set?",
