@@ -62,9 +62,9 @@ def test_three_trial_search_records_everything(cache, tmp_path):
     analysis = json.loads((trial / "model_analysis.json").read_text())
     assert analysis["params"] > 10_000 and analysis["flops"] > analysis["params"]
     timing = analysis["timing"]
-    # One warm worker ran all three (started as the driver loaded TensorFlow itself): the later
-    # trials did not wait for imports; no trial exported a SavedModel itself, the search
-    # exported its best ones at the end.
+    # One warm worker ran all three (started with the driver, it checked the config first):
+    # the later trials did not wait for imports; no trial exported a SavedModel itself, the
+    # search exported its best ones at the end.
     assert r["trial_id"] == "1" or timing["startup_s"] < 1, timing
     assert timing["train_steps_s"] > 0 and timing["export_s"] == 0
     assert (trial / "export" / "saved_model" / "saved_model.pb").exists()

@@ -132,7 +132,8 @@ class SearchLoop:
                      args.trial.latency_weight)
     self.objectives = pareto_lib.parse_objectives(args.objectives) if args.objectives else None
     self.num_objectives = len(self.objectives) if self.objectives else 1
-    from nascli.search import controller as controller_lib  # pylint: disable=g-import-not-at-top,redefined-outer-name
+    # pylint: disable-next=g-import-not-at-top,redefined-outer-name
+    from nascli.search import controller as controller_lib
     controller_lib.check_objectives(args.search_algorithm, self.num_objectives)
     if args.max_nas_trial < 1 or args.max_parallel_nas_trial < 1:
       raise NascliError("--max_nas_trial and --max_parallel_nas_trial must be at least 1")
@@ -165,9 +166,9 @@ class SearchLoop:
   def _load_space(self) -> None:
     args = self.args
     # pylint: disable=g-import-not-at-top,redefined-outer-name
-    from nascli import frameworks
+    # No TensorFlow here: the spaces, the controller (pyglove), the journal and the derived
+    # outputs (results.py) need none; the trials' workers load it.
     from nascli.search import controller as controller_lib
-    frameworks.load()  # the controller decodes architectures with Model Garden's search spaces
     from tf_vision import search_spaces
     # The trials resolve the same pair (their TrialSpec carries it) and decode against it.
     entry = search_spaces.resolve_search_space(args.search_space, args.search_space_module)

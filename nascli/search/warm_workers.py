@@ -174,7 +174,7 @@ class WarmExecutor(executors.LocalExecutor):
 
   def prestart(self, count: int, log_dir: str) -> None:
     """Starts the workers of the first `count` slots now, so that their imports overlap the
-    driver's own start (the search loop calls this before it loads TensorFlow)."""
+    driver's own start (the search loop calls this while the first worker checks the config)."""
     for slot in self.slots(count):
       self._worker(slot, log_dir)
 
