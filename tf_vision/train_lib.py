@@ -146,6 +146,8 @@ class LoopAction:
 
   def __call__(self, output: dict) -> None:
     step = int(self.global_step.numpy())
+    if step == self._last[0]:
+      return  # a loop that a stop ended before its first step: its line is the last one
     loss = _scalar(output.get("training_loss", output.get("loss")))
     if loss is None or not math.isfinite(loss):
       raise NonFiniteLossError(f"training loss is {loss} at step {step}: stopping (lower the"
@@ -293,9 +295,12 @@ def run(params: cfg.ExperimentConfig, model_dir: str, strategy: tf.distribute.St
       state.in_loop = True
       try:
         with interrupts.deferred("this training loop"):
-          super()._train_n_steps(num_steps)
+          if stop is None or not stop.requested():  # else no step, no line or summary to add
+            super()._train_n_steps(num_steps)
       finally:
         state.in_loop = False
+      if stop is not None and stop.requested():  # the signal's own Interrupted did not come
+        raise interrupts.Interrupted(state.stop_signal)
 
     def _maybe_save_checkpoint(self, check_interval: bool = True):
       state.writing_checkpoint = True
@@ -361,10 +366,11 @@ def run(params: cfg.ExperimentConfig, model_dir: str, strategy: tf.distribute.St
           train_actions=[action] + list(train_actions or []), eval_actions=eval_actions,
           controller_cls=_Controller, enable_async_checkpointing=enable_async_checkpointing)
 
-  def on_signal(signum: int) -> str:  # pylint: disable=unused-argument
+  def on_signal(signum: int) -> str:
     """The signal's first effect, at once (in a thread of interrupts): ends the loop."""
     if stop is None:
       return "stopping after this training loop" if state.in_loop else "stopping"
+    state.stop_signal = signum
     stop.request()
     return "stopping at the next step" if state.in_loop else "stopping"
 
@@ -446,6 +452,7 @@ class _RunState:
   writing_checkpoint: bool = False
   evaluating: bool = False
   in_loop: bool = False
+  stop_signal: int = signal.SIGINT
 
 
 def _stop_interrupted(error: KeyboardInterrupt, state: _RunState,

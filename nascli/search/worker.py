@@ -10,9 +10,10 @@ search loop treats both alike.
 It ends when stdin closes (the driver is done with it, or died), after a request that failed
 (whatever state a failure left behind goes with the process: the driver starts a fresh worker),
 after K requests (so that memory cannot creep), or on SIGINT / SIGTERM (the trial in progress
-records `interrupted` first). Between requests, Keras's global state is cleared. A driver
-killed outright takes its workers with it (PR_SET_PDEATHSIG, set by the driver as it starts
-them; see warm_workers.py).
+stops training at its next step and records `interrupted` at a checkpoint there first; the
+repeat of a Ctrl-C the driver passes on is the same interrupt, see `interrupts.relayed`).
+Between requests, Keras's global state is cleared. A driver killed outright takes its workers
+with it (PR_SET_PDEATHSIG, set by the driver as it starts them; see warm_workers.py).
 """
 
 import argparse
@@ -137,6 +138,7 @@ def main(argv: list[str]) -> int:
   from nascli import frameworks  # pylint: disable=g-import-not-at-top
   runtime.quiet_libraries()
   start = time.monotonic()
+  interrupts.relayed()  # the driver passes on each Ctrl-C this process also gets from its group
   with interrupts.handled():
     try:
       frameworks.load()
