@@ -8,15 +8,15 @@ import sys
 import time
 from typing import Callable
 
-from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
 
+from nascli import console
 from nascli import runtime
 from nascli import storage
 from nascli.errors import ConfigValueError, NascliError
 from nascli.run_spec import RunSpec
 
-stderr = Console(stderr=True)
+stderr = console.stderr()
 DEFAULT_MODEL_DIR = os.path.join("nascli_output", "train")
 
 

@@ -6,14 +6,14 @@ import os
 from typing import Annotated, Any, Optional
 
 import typer
-from rich.console import Console
 
+from nascli import console
 from nascli import checks
 from nascli.commands.fastnn_options import with_fastnn_options
 from nascli.commands.options import flag
 from nascli.errors import NascliError
 
-stderr = Console(stderr=True)
+stderr = console.stderr()
 # TensorFlow-free copies of the names tf_vision.distribute and tf_vision.params register (a test
 # keeps them equal), so that a bad value is refused before TensorFlow is imported.
 STRATEGIES = ("one_device", "mirrored", "multi_worker_mirrored")

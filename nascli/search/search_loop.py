@@ -36,7 +36,6 @@ import signal
 import time
 from typing import TYPE_CHECKING, Any
 
-from rich.console import Console
 from rich.live import Live
 from rich.table import Table
 
@@ -59,7 +58,7 @@ from nascli.search.trial import TrialSpec
 if TYPE_CHECKING:  # pyglove's import (2-4 s) waits for a search that runs trials
   from nascli.search import controller as controller_lib
 
-stderr = Console(stderr=True)
+stderr = console.stderr()
 # Settings that may change when a search is resumed (they do not change what a trial is).
 MUTABLE = ("max_nas_trial", "max_parallel_nas_trial", "max_failed_nas_trial",
            "max_trial_retries", "trial_isolation", "max_trials_per_worker", "export_top_k",

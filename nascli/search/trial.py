@@ -316,6 +316,7 @@ def main(argv: list[str]) -> int:
   # pylint: disable=g-import-not-at-top
   from nascli import frameworks
   runtime.quiet_libraries()
+  interrupts.relayed()  # the driver passes on each Ctrl-C this process also gets from its group
   with interrupts.handled():
     try:
       frameworks.load()
