@@ -114,7 +114,9 @@ def _export(args: ExportArgs, params, checkpoint: str, export_dir: str) -> dict:
                                   batch_size=args.batch_size,
                                   input_image_size=image_size(args.input_image_size),
                                   overwrite=args.overwrite)
-  result = {"saved_model": str(saved_model), "export_dir": export_dir, "checkpoint": checkpoint,
+  # Named as the user named the export dir (relative stays relative), as the checkpoint is.
+  saved_model = os.path.join(export_dir, os.path.basename(saved_model))
+  result = {"saved_model": saved_model, "export_dir": export_dir, "checkpoint": checkpoint,
             "input_type": args.input_type}
   if args.measure_latency:
     sizes = sorted({1, args.latency_batch_size}) if args.batch_size is None else [args.batch_size]
