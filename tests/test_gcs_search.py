@@ -271,7 +271,7 @@ def test_outcome_is_journaled_after_the_trial_folder_is_up(cli, gcs_prefix, fail
 
   monkeypatch.setattr(storage, "upload_file", upload)
   code, stdout, stderr = cli(*_search_args(job, "--max_nas_trial", "1", "--json", *PROCESS))
-  assert code == 0, stderr
+  assert code == 1 and "every trial of" in stderr, stderr  # its only trial failed
   assert [(r["trial_id"], r["status"]) for r in json.loads(stdout)] == [("1", "failed")]
   assert list(journal_at_upload)[-1] == "job_status.json"  # the marker last
   assert journal_at_upload["job_status.json"] == ["search_started", "proposed", "started"]
@@ -283,12 +283,12 @@ def test_outcome_is_journaled_after_the_trial_folder_is_up(cli, gcs_prefix, fail
 
 def test_overwrite_starts_a_gcs_job_over(cli, gcs_prefix, failing_trials):
   job = storage.join(gcs_prefix, "job")
-  assert cli(*_search_args(job, "--max_nas_trial", "1", *PROCESS))[0] == 0
+  assert cli(*_search_args(job, "--max_nas_trial", "1", *PROCESS))[0] == 1  # all failed
   storage.write_text(storage.join(job, "1", "left-by-the-old-search.txt"), "x")
   storage.write_text(storage.join(job, "notes.txt"), "mine")
   code, _, stderr = cli(*_search_args(job, "--max_nas_trial", "1", "--overwrite", *PROCESS,
                                       seed=8))
-  assert code == 0, stderr
+  assert code == 1, stderr  # its trial fails again (failing_trials)
   events = GcsJournal(job).events()
   assert events[0]["settings"]["trial"]["run"]["seed"] == 8 and [e["seq"] for e in events] == [1, 2, 3, 4]
   assert storage.list_names(job, recursive=False) == [

@@ -130,7 +130,7 @@ def _worker_pids(parent: int) -> list[int]:
     except OSError:
       continue
     fields = stat.rsplit(")", 1)[1].split()
-    if int(fields[1]) == parent and b"nascli.search.worker" in cmdline and fields[0] != "Z":
+    if int(fields[1]) == parent and (b"nascli.search.worker" in cmdline or b"nascli.search.preflight" in cmdline) and fields[0] != "Z":
       pids.append(int(entry))
   return pids
 
