@@ -18,6 +18,7 @@ from conftest import journal_events, nascli_subprocess, retrain_best_trial
 from nascli import storage
 from nascli.errors import InputError, OutputError
 from nascli.search import journal as journal_lib
+from nascli.search import journal_file
 from nascli.search import results, workspace
 from nascli.search.journal import GcsJournal
 
@@ -170,12 +171,15 @@ def test_killed_search_resumes_from_the_gcs_journal(gcs_prefix, cache, monkeypat
   monkeypatch.setenv("NASCLI_CACHE_DIR", cache)
   env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")
   driver = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
+  # Killed once trial 2 is journaled `started` and its staging folder is there: it is running
+  # (a trial takes far longer than this loop's 0.2 s between looks, so it cannot end unseen).
   deadline = time.monotonic() + 600
   while time.monotonic() < deadline and driver.poll() is None:
-    if len(_entries(job)) >= 6:  # search_started, 3 events of trial 1, proposed 2, started 2
-      time.sleep(3)  # trial 2 is running
+    # search_started, 3 events of trial 1, proposed 2, started 2
+    if (len(_entries(job)) >= 6
+        and os.path.isdir(os.path.join(journal_lib.staging_dir(job), "2"))):
       break
-    time.sleep(0.5)
+    time.sleep(0.2)
   driver.send_signal(signal.SIGKILL)
   driver.wait()
   before = GcsJournal(job).events()
@@ -304,7 +308,7 @@ def test_gcs_journal_is_create_only_and_checks_its_entries(gcs_prefix, monkeypat
   with j.open_for_writing():
     assert j.append({"event": "search_started", "settings": {}})["seq"] == 1
     # A retried upload whose first attempt landed finds its own bytes: not a rival.
-    monkeypatch.setattr(journal_lib, "_now", lambda: "2026-01-01T00:00:00.000Z")
+    monkeypatch.setattr(journal_file, "_now", lambda: "2026-01-01T00:00:00.000Z")
     storage.create_text(j.entry(2), '{"seq":2,"time":"2026-01-01T00:00:00.000Z","event":"a"}\n')
     assert j.append({"event": "a"})["seq"] == 2
     j.check_writer()  # nobody else wrote

@@ -244,10 +244,44 @@ def test_an_interrupted_attempt_runs_again_first_on_resume():
     ({'event': 'failed', 'trial_id': '2', 'status': 'failed'}, 'trial 2, which already completed'),
     ({'event': 'failed', 'trial_id': '1', 'status': 'crashed'}, "status 'crashed'"),
     ({'event': 'completed', 'trial_id': '1', 'reward': None}, 'no numeric reward'),
+    ({'event': 'failed', 'trial_id': '4', 'status': 'failed', 'lost': {'attempt': 1}},
+     'loses trial 4, which is not running'),
 ])
 def test_replay_refuses_illegal_events(event, message):
   with pytest.raises(InputError, match=message):
     journal_lib.replay(EVENTS[:11] + [{'seq': 99, **event}])
+
+
+def test_a_failed_event_that_carries_the_last_loss_counts_it():
+  """The loss that spends a trial's retries is journaled in its `failed` event (one write)."""
+  state = journal_lib.replay(EVENTS[:11] + [
+      {'seq': 12, 'event': 'lost', 'trial_id': '1', 'attempt': 1, 'reason': 'worker died'},
+      {'seq': 13, 'event': 'started', 'trial_id': '1', 'attempt': 2},
+      {'seq': 14, 'event': 'failed', 'trial_id': '1', 'status': 'failed',
+       'reason': 'lost 2 attempts', 'lost': {'attempt': 2, 'reason': 'worker died'}}])
+  assert state.status['1'] == 'failed' and state.losses == {'1': 2}
+  assert state.reasons['1'] == 'lost 2 attempts' and state.unfinished() == ['3', '4', '5']
+
+
+def test_applying_events_one_by_one_equals_replay():
+  """What the search loop does (replay what is there, then apply each event it appends) ends
+  in the state a reader's replay of the whole journal gives, from any point."""
+  events = EVENTS + [
+      {'seq': 18, 'time': 't18', 'event': 'lost', 'trial_id': '1', 'attempt': 1,
+       'reason': 'node died'},
+      {'seq': 19, 'event': 'started', 'trial_id': '1', 'attempt': 2},
+      {'seq': 20, 'time': 't20', 'event': 'interrupted', 'trial_id': '1', 'attempt': 2,
+       'signal': 'SIGTERM'},
+      {'seq': 21, 'event': 'started', 'trial_id': '1', 'attempt': 3},
+      {'seq': 22, 'time': 't22', 'event': 'failed', 'trial_id': '1', 'status': 'failed',
+       'reason': 'lost 2 attempts', 'lost': {'attempt': 3, 'reason': 'node died'}}]
+  whole = journal_lib.replay(events)
+  assert whole.losses == {'1': 2} and whole.completion_order[-1] == '1'
+  for k in range(len(events) + 1):
+    state = journal_lib.replay(events[:k])
+    for event in events[k:]:
+      state.apply(event)
+    assert state == whole, f'applied from event {k + 1} on'
 
 
 SETTINGS = {'search_space': 'mnasnet', 'algorithm': 'random', 'seed': 1,

@@ -11,6 +11,10 @@ INFEASIBLE = "infeasible"
 # A signal (Ctrl-C, SIGTERM) stopped the run; `checkpoint_step` is where a rerun resumes.
 INTERRUPTED = "interrupted"
 RUNNING = "running"
+# Early stopping: a run that stopped at its `stop_at_step`, short of train_steps (resumable; a
+# search trial's rung report), and a trial the search's scheduler then stopped (final).
+PAUSED = "paused"
+STOPPED = "stopped"
 
 
 def write(model_dir: str, status: str, **fields) -> dict:

@@ -4,7 +4,11 @@ The driver is the journal's only writer. It proposes, starts up to `max_parallel
 attempts through an executor (warm workers on this machine, or on Ray actors), waits for
 any to end, records the outcome and feeds the reward back. Resume = replay the journal:
 completed trials stay, interrupted ones run again with their architecture, the controller is
-rebuilt. An attempt lost with its machine is journaled and retried, up to `max_trial_retries`.
+rebuilt. The driver reads the journal once when it starts and then keeps the job's state by
+applying each event it appends (`JobState.apply`), so a turn costs the same at trial 5000 as
+at trial 5. An attempt lost with its machine is journaled and retried, up to
+`max_trial_retries` retries per trial; the loss that exhausts them is journaled as the trial's
+`failed` event itself, so no kill can fall between the two and win the trial one more attempt.
 With early stopping (`--early_stopping`, scheduler.py) an attempt trains to a rung and reports:
 the driver journals the report, then the scheduler's decision (promoted: the trial runs its
 next rung next; stopped: final, and the controller gets its last rung's reward).
@@ -62,7 +66,7 @@ stderr = console.stderr()
 # Settings that may change when a search is resumed (they do not change what a trial is).
 MUTABLE = ("max_nas_trial", "max_parallel_nas_trial", "max_failed_nas_trial",
            "max_trial_retries", "trial_isolation", "max_trials_per_worker", "export_top_k",
-           "trial.export_every_trial")
+           "trial.export_every_trial", "trial_timeout")
 # Off a terminal, the pace of the progress line on stderr (seconds); the env var overrides it.
 
 
@@ -78,6 +82,7 @@ class SearchArgs:
   max_parallel_nas_trial: int = 1
   max_failed_nas_trial: int | None = None
   max_trial_retries: int = 2  # attempts lost with their worker/node, per trial
+  trial_timeout: float | None = None  # seconds an attempt may run, then `failed` (timeout)
   overwrite: bool = False
   algorithm_options: dict[str, Any] = dataclasses.field(default_factory=dict)
   trial_isolation: str = "worker"  # executors.local_executor: warm workers, or a process each
@@ -126,7 +131,7 @@ class SearchLoop:
     self.args = args
     self.executor = executor or executors.local_executor(
         args.trial_isolation, stderr_print=stderr.print,
-        max_trials_per_worker=args.max_trials_per_worker)
+        max_trials_per_worker=args.max_trials_per_worker, trial_timeout=args.trial_timeout)
     reward_lib.check(args.trial.latency_constraint, args.trial.target_device_latency_ms,
                      args.trial.latency_weight)
     self.objectives = pareto_lib.parse_objectives(args.objectives) if args.objectives else None
@@ -221,9 +226,9 @@ class SearchLoop:
     handle = self.executor.start(spec_path, trial_dir, slot,
                                  publish_to=self.workspace.remote_trial_dir(trial_id))
     run = self._running[trial_id] = _Running(trial_id, handle, slot, time.monotonic())
-    self.journal.append({"event": "started", "trial_id": trial_id,
-                         "attempt": state.attempts.get(trial_id, 0) + 1,
-                         **({"rung": rung.rung} if rung else {})})
+    self._append({"event": "started", "trial_id": trial_id,
+                  "attempt": state.attempts.get(trial_id, 0) + 1,
+                  **({"rung": rung.rung} if rung else {})})
     run.journaled = True
     return run
 
@@ -232,34 +237,34 @@ class SearchLoop:
     """Journals how the attempt ended; True when the trial must run again (attempt lost, or
     promoted to its next rung)."""
     if outcome.lost is not None:
-      self.journal.append({"event": "lost", "trial_id": run.trial_id,
-                           "attempt": state.attempts.get(run.trial_id, 1),
-                           "reason": outcome.lost[:500]})
+      attempt = {"attempt": state.attempts.get(run.trial_id, 1), "reason": outcome.lost[:500]}
       lost = state.losses.get(run.trial_id, 0) + 1
       if lost <= self.args.max_trial_retries:
+        self._append({"event": "lost", "trial_id": run.trial_id, **attempt})
         stderr.print(f"trial {run.trial_id}: attempt lost ({outcome.lost[:200]}); retrying")
         return True
+      # The last loss and the failure are one event: a kill cannot come in between.
       self._record(run.trial_id, {
           "event": "failed", "trial_id": run.trial_id, "status": journal_lib.FAILED,
-          "reason": f"lost {lost} attempts (--max_trial_retries"
-                    f" {self.args.max_trial_retries}): {outcome.lost}"[:500]})
+          "reason": _retries_spent(lost, self.args.max_trial_retries, outcome.lost),
+          "lost": attempt})
       return False
     trial_dir = os.path.join(self.work_dir, run.trial_id)
     if outcome.published:  # it ran elsewhere and uploaded its folder: read its outcome
       self.workspace.fetch_outcome(run.trial_id)
     from tf_vision import job_status  # pylint: disable=g-import-not-at-top
     status = job_status.read(trial_dir) or {}
+    trial_lib.check_attempt(run.trial_id, status)  # nascli's own error: the search stops
     analysis_path = os.path.join(trial_dir, "model_analysis.json")
     if (self.scheduler.early_stopping and outcome.returncode == 0
-        and status.get("status") == trial_lib.PAUSED and os.path.exists(analysis_path)):
+        and status.get("status") == journal_lib.PAUSED and os.path.exists(analysis_path)):
       with open(analysis_path, encoding="utf-8") as f:
         return self._rung_reported(run, json.load(f), ctl)
     if outcome.returncode == 0 and status.get("status") == "completed" and os.path.exists(
         analysis_path):
       with open(analysis_path, encoding="utf-8") as f:
         analysis = json.load(f)
-      metrics = {k: analysis.get(k) for k in ("accuracy", "latency_ms", "flops", "params",
-                                               "seconds")}
+      metrics = {k: analysis.get(k) for k in journal_lib.MEASURED}
       # The attempt's wall time, process start to end (`seconds` is its training only), and
       # what its accuracy is (top-1 accuracy, COCO AP, ...).
       metrics["wall_s"] = round(time.monotonic() - run.started, 3)
@@ -299,8 +304,25 @@ class SearchLoop:
     self.journal.check_writer()
     if not published:
       self.workspace.publish(trial_id)
-    self.journal.append(event)
+    self._append(event)
     self.workspace.recorded(trial_id)
+
+  def _append(self, event: dict[str, Any]) -> dict[str, Any]:
+    """Journals `event` and applies it to the loop's state (and rung reports): the only way
+    the loop writes, so its state is the journal's without a replay per turn."""
+    record = self.journal.append(event)
+    self.state.apply(record)
+    if record["event"] == scheduler_lib.RUNG:
+      self._reports.extend(scheduler_lib.reports([record]))
+    return record
+
+  def _resync(self) -> list[dict[str, Any]]:
+    """The journal's events, read once; the loop's state and rung reports rebuilt from them
+    (at the start, and after an interrupt, which may have cut an append short)."""
+    events = self.journal.events()
+    self.state = journal_lib.replay(events)
+    self._reports = scheduler_lib.reports(events)
+    return events
 
   def _rung_metrics(self, analysis: dict[str, Any]) -> dict[str, Any]:
     """With early stopping, where an attempt's metrics were measured: its rung, the step it
@@ -312,18 +334,17 @@ class SearchLoop:
   def _rung_reported(self, run: _Running, analysis: dict[str, Any],
                      ctl: controller_lib.Controller) -> bool:
     """Journals an attempt's rung report, then the scheduler's decision; True: promoted."""
-    metrics = {k: analysis.get(k) for k in _MEASURED}
+    metrics = {k: analysis.get(k) for k in journal_lib.MEASURED}
     metrics.update(wall_s=round(time.monotonic() - run.started, 3),
                    accuracy_metric=analysis.get("accuracy_metric", self.metric),
                    **self._rung_metrics(analysis))
     self.journal.check_writer()
-    self.journal.append({"event": scheduler_lib.RUNG, "trial_id": run.trial_id,
-                         "rung": analysis["rung"], "step": analysis["step"],
-                         "reward": analysis["reward"], "metrics": metrics})
-    events = self.journal.events()
-    every = scheduler_lib.reports(events)
-    report = next(r for r in reversed(every) if r.trial_id == run.trial_id)
-    return self._decided(report, scheduler_lib.decide(self.scheduler, every, report), ctl)
+    self._append({"event": scheduler_lib.RUNG, "trial_id": run.trial_id,
+                  "rung": analysis["rung"], "step": analysis["step"],
+                  "reward": analysis["reward"], "metrics": metrics})
+    report = self._reports[-1]  # the one just journaled
+    return self._decided(report, scheduler_lib.decide(self.scheduler, self._reports, report),
+                         ctl)
 
   def _decided(self, report: scheduler_lib.Report, go_on: bool,
                ctl: controller_lib.Controller) -> bool:
@@ -331,10 +352,10 @@ class SearchLoop:
     controller gets its last rung's reward then (as Ray Tune gives a searcher a stopped
     trial's last result), so a rebuilt controller replays it at the same place."""
     if go_on:
-      self.journal.append({"event": scheduler_lib.PROMOTED, "trial_id": report.trial_id,
-                           "rung": report.rung})
+      self._append({"event": scheduler_lib.PROMOTED, "trial_id": report.trial_id,
+                    "rung": report.rung})
       return True
-    state = journal_lib.replay(self.journal.events())
+    state = self.state
     last = state.rungs[report.trial_id][-1]
     reason = (f"--early_stopping {self.args.scheduler.name} stopped it at rung {report.rung}"
               f" (step {report.step}, reward {report.reward:.4g})")
@@ -349,10 +370,25 @@ class SearchLoop:
   def _decide_owed(self, ctl: controller_lib.Controller) -> int:
     """On resume: the decisions on rung reports a killed driver journaled none for, made now
     from the same reports, in journal order; returns how many."""
-    owed = scheduler_lib.owed(self.scheduler, self.journal.events())
+    owed = scheduler_lib.owed(self.scheduler, self._resync())
     for report, go_on in owed:
       self._decided(report, go_on, ctl)
     return len(owed)
+
+  def _fail_spent(self) -> list[str]:
+    """On resume: fails the pending trials that lost more attempts than --max_trial_retries
+    allows, so none runs past its retries; returns them. (An older driver journaled the last
+    loss and the failure as two events, and one killed in between left the trial pending; a
+    lowered --max_trial_retries also applies to the losses already journaled.)"""
+    spent = [t for t in self.state.trial_ids(journal_lib.PENDING)
+             if self.state.losses.get(t, 0) > self.args.max_trial_retries]
+    for trial_id in spent:
+      self.journal.check_writer()
+      self._append({"event": "failed", "trial_id": trial_id, "status": journal_lib.FAILED,
+                    "reason": _retries_spent(self.state.losses[trial_id],
+                                             self.args.max_trial_retries,
+                                             self.state.reasons.get(trial_id, ""))})
+    return spent
 
   def _title(self, state: journal_lib.JobState) -> str:
     return _title(self.args, self.space_name, state)
@@ -439,9 +475,9 @@ class SearchLoop:
     ctl = self._ctl = controller_lib.Controller.rebuild(
         self.space, a.search_algorithm, a.seed, events, num_objectives=self.num_objectives,
         **a.algorithm_options)
-    if self._decide_owed(ctl):  # rung reports a killed driver made no decision on
-      events = self.journal.events()
-    state = journal_lib.replay(events)
+    self._decide_owed(ctl)  # rung reports a killed driver made no decision on
+    state = self.state  # kept by _append from here on: one object, never replayed again
+    self._fail_spent()
     queue = state.unfinished()  # Interrupted trials run again first, same architecture.
     if queue:
       stderr.print(f"resuming {a.job_dir}: {len(state.trial_ids(journal_lib.COMPLETED))}"
@@ -470,14 +506,12 @@ class SearchLoop:
               break
             trial_id = state.next_trial_id()
             dna, nas_params = proposal
-            self.journal.append({"event": "proposed", "trial_id": trial_id, "dna": list(dna),
-                                 "nas_params": nas_params})
-            state = journal_lib.replay(self.journal.events())
+            self._append({"event": "proposed", "trial_id": trial_id, "dna": list(dna),
+                          "nas_params": nas_params})
           else:
             break
           self._start(state, trial_id, free.pop(0))
           started = True
-          state = journal_lib.replay(self.journal.events())
         if started:
           self._progress.report(state, force=True)
         live.update(self._table(state, running))
@@ -494,7 +528,6 @@ class SearchLoop:
           self._progress.ended(run)
           del running[trial_id]
           free.append(run.slot)
-          state = journal_lib.replay(self.journal.events())
           results.update_all(a.job_dir, state, self.decision_domains, self._hparams_written)
           if not stderr.is_terminal:
             stderr.print(_trial_line(state, trial_id, self.metric))
@@ -520,7 +553,8 @@ class SearchLoop:
       stderr.print(f"interrupted: stopping trial(s) {', '.join(r.trial_id for r in runs)}"
                    " (press Ctrl-C again to stop at once)", highlight=False)
       self.executor.interrupt([r.handle for r in runs], signum)
-    state = journal_lib.replay(self.journal.events())
+    self._resync()  # the journal itself: the signal may have cut an append short
+    state = self.state
     stopped = []
     for run in runs:
       trial_dir = os.path.join(self.work_dir, run.trial_id)
@@ -537,12 +571,11 @@ class SearchLoop:
         continue
       trial_lib.mark_interrupted(trial_dir, signum)
       if run.journaled and status == journal_lib.RUNNING:
-        self.journal.append({"event": "interrupted", "trial_id": run.trial_id,
-                             "attempt": state.attempts.get(run.trial_id, 1),
-                             "signal": signal.Signals(signum).name})
+        self._append({"event": "interrupted", "trial_id": run.trial_id,
+                      "attempt": state.attempts.get(run.trial_id, 1),
+                      "signal": signal.Signals(signum).name})
         stopped.append(run.trial_id)
     self._running.clear()
-    state = journal_lib.replay(self.journal.events())
     if state.settings is not None and state.proposals:
       results.update_all(self.args.job_dir, state, self.decision_domains,
                          self._hparams_written)
@@ -697,8 +730,12 @@ def _exceeded(failed: int, limit: int) -> str:
   return f"search stopped: {failed} failed trials exceed --max_failed_nas_trial {limit}"
 
 
-# What an attempt measured, as `completed` records it; what a later rung reuses of its first.
-_MEASURED = ("accuracy", "latency_ms", "flops", "params", "seconds")
+def _retries_spent(lost: int, retries: int, why: str) -> str:
+  """The reason of a trial failed for the attempts it lost."""
+  return f"lost {lost} attempts (--max_trial_retries {retries}): {why}"[:500]
+
+
+# What a later rung reuses of the metrics its first measured.
 _CARRIED = ("latency_ms", "params", "flops")
 
 
