@@ -80,6 +80,7 @@ def search(
     overwrite: f.Overwrite = False,
     trial_isolation: f.TrialIsolation = "worker",
     max_trials_per_worker: f.MaxTrialsPerWorker = 10,
+    trial_timeout: f.TrialTimeout = None,
     export_top_k: f.ExportTopK = 3,
     export_every_trial: f.ExportEveryTrial = False,
     objectives: f.Objectives = None,
@@ -113,7 +114,8 @@ def search(
     executor = ray_executor.ray_executor(
         trial_isolation, ray_address, num_cpus_per_trial=num_cpus_per_trial,
         num_gpus_per_trial=num_gpus_per_trial, runtime_env=env, local_num_cpus=ray_num_cpus,
-        local_temp_dir=ray_temp_dir, max_trials_per_worker=max_trials_per_worker)
+        local_temp_dir=ray_temp_dir, max_trials_per_worker=max_trials_per_worker,
+        trial_timeout=trial_timeout)
     # Ray's driver prints worker and raylet messages with print(): they are logs, not results.
     with contextlib.redirect_stdout(sys.stderr):
       rows = local_main.run(args, search_docker_flags, executor)

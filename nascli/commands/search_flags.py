@@ -102,6 +102,24 @@ TrialIsolation = Annotated[str, typer.Option(
     *flag("trial_isolation"), help="worker: warm worker processes run trial after trial"
     " (TensorFlow loaded once; a worker whose trial failed is replaced); process: a fresh"
     " process per trial.")]
+
+
+def _seconds(text: str) -> float:
+  """--trial_timeout's value, read as Click reads the command line: a positive number of
+  seconds, else refused in one line before anything is imported."""
+  try:
+    value = float(text)
+  except ValueError:
+    value = math.nan
+  if not (math.isfinite(value) and value > 0):
+    raise NascliError(f"--trial_timeout must be a positive number of seconds, got {text}")
+  return value
+
+
+TrialTimeout = Annotated[Optional[float], typer.Option(
+    *flag("trial_timeout"), parser=_seconds, help="Seconds a trial attempt"
+    " may run once begun; past it the attempt is killed, its trial failed with the reason"
+    " timeout, and its worker replaced (default: no limit).")]
 MaxTrialsPerWorker = Annotated[int, typer.Option(
     *flag("max_trials_per_worker"), help="Trials a warm worker runs before a fresh one takes"
     " over (memory cannot creep).")]
@@ -111,9 +129,10 @@ ExportTopK = Annotated[int, typer.Option(
 ExportEveryTrial = Annotated[bool, typer.Option(
     *flag("export_every_trial"), help="Each trial exports its SavedModel as it ends.")]
 EarlyStopping = Annotated[str, typer.Option(
-    *flag("early_stopping"), help="Stop weak trials early: none, median (Vizier's median"
-    " rule) or asha (asynchronous successive halving). Trials train in rungs of --min_steps *"
-    " --reduction_factor**k steps, report, and are stopped or go on from their checkpoint.")]
+    *flag("early_stopping"), help="Stop weak trials early: none, median (Ray Tune's"
+    " MedianStoppingRule) or asha (asynchronous successive halving, Ray Tune's ASHA). Trials"
+    " train in rungs of --min_steps * --reduction_factor**k steps, report, and are stopped or"
+    " go on from their checkpoint.")]
 MinSteps = Annotated[Optional[int], typer.Option(
     *flag("min_steps"), help="With --early_stopping: the steps a trial trains before its first"
     " report (its first rung). Default: trainer.train_steps / reduction_factor**2, rounded"
@@ -133,7 +152,7 @@ def search_args(prebuilt_search_space, search_space_module, search_algorithm, se
                 validation_data_path, dataset_dir, population_size, tournament_size, overwrite,
                 trial_isolation, max_trials_per_worker, export_top_k, export_every_trial,
                 objectives=None, early_stopping="none", min_steps=None, reduction_factor=None,
-                search_docker_flags=None, **extra):
+                search_docker_flags=None, trial_timeout=None, **extra):
   """The SearchArgs the shared flags describe (`extra`: fields only one command has;
   `search_docker_flags` only name the default job dir: local_main applies them)."""
   job_dir = local_output_dir or default_job_dir(dict(locals()))
@@ -159,7 +178,8 @@ def search_args(prebuilt_search_space, search_space_module, search_algorithm, se
       search_algorithm=search_algorithm, max_nas_trial=max_nas_trial,
       max_parallel_nas_trial=max_parallel_nas_trial, max_failed_nas_trial=max_failed_nas_trial,
       overwrite=overwrite, algorithm_options=options, trial_isolation=trial_isolation,
-      max_trials_per_worker=max_trials_per_worker, export_top_k=export_top_k, trial=trial,
+      max_trials_per_worker=max_trials_per_worker, trial_timeout=trial_timeout,
+      export_top_k=export_top_k, trial=trial,
       objectives=pareto_lib.canonical(objectives) if objectives else None, scheduler=scheduler,
       **extra)
 

@@ -28,6 +28,7 @@ def search_in_local(
     overwrite: f.Overwrite = False,
     trial_isolation: f.TrialIsolation = "worker",
     max_trials_per_worker: f.MaxTrialsPerWorker = 10,
+    trial_timeout: f.TrialTimeout = None,
     export_top_k: f.ExportTopK = 3,
     export_every_trial: f.ExportEveryTrial = False,
     objectives: f.Objectives = None,

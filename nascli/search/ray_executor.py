@@ -4,15 +4,22 @@
 is one Ray actor holding the CPUs/GPUs a trial asks for (Ray sets CUDA_VISIBLE_DEVICES). The
 actor starts the same warm worker `search_in_local` uses (nascli/search/worker.py, through
 warm_workers.Worker) on its node and hands it attempt after attempt, so TensorFlow is imported
-once per worker, not once per trial. A worker that dies under its actor, or ends after a failed
-trial, fails that attempt (its exit code and a reason, as locally) and the actor starts a fresh
-one for the next; a worker is recycled after `--max_trials_per_worker`. An actor that dies (its
-process or node lost) loses its attempt: the search loop journals it and retries, and the slot
-gets a new actor. Workers die with their actor (PR_SET_PDEATHSIG), and actors with the driver's
-Ray job.
+once per worker, not once per trial. What a worker's death means is the rule of
+`search_in_local`, in the same code (warm_workers.Attempt): a worker that dies under an attempt
+it accepted, or ends after a failed trial, fails that attempt (its exit code and a reason) and
+the actor starts a fresh one for the next; one that dies before it accepted the attempt (between
+trials) hands it to a fresh worker at no cost to the trial. A worker is recycled after
+`--max_trials_per_worker`. An actor that dies (its process or node lost) loses its attempt: the
+search loop journals it and retries, and the slot gets a new actor. Workers die with their
+actor (PR_SET_PDEATHSIG), and actors with the driver's Ray job.
 
 `--trial_isolation process`: each attempt is one Ray task that starts `python -m
 nascli.search.trial SPEC.json` on the node Ray picks and returns its exit code.
+
+`--trial_timeout` is kept where the attempt runs, from the moment it begins there (a task's
+trial process starts, an actor's worker accepts the attempt; time queued in Ray does not count):
+past it the trial process, or the warm worker, is killed with its process group, and the attempt
+fails with the reason `timeout`; the actor's next attempt gets a fresh worker.
 
 Either way a local job dir must be on storage every node reaches: the trial writes its own
 directory there, the driver reads it. With a gs:// job dir nothing needs sharing but the
@@ -56,25 +63,31 @@ def _import_ray():
 
 
 def run_trial_attempt(spec_path: str, trial_dir: str, cwd: str,
-                      shipped: dict[str, Any] | None = None) -> int:
-  """The Ray task: runs the trial process to its end on this node; returns its exit code."""
+                      shipped: dict[str, Any] | None = None,
+                      timeout_s: float | None = None) -> executors.Outcome:
+  """The Ray task: runs the trial process to its end on this node; returns how it ended."""
   if shipped is not None:
-    return _run_shipped(shipped, cwd)
+    return _run_shipped(shipped, cwd, timeout_s)
   process = executors.start_trial_process(spec_path, trial_dir,
                                           cwd=cwd if os.path.isdir(cwd) else None)
-  return _wait(process)
+  return _wait(process, trial_dir, timeout_s)
 
 
-def _wait(process: subprocess.Popen) -> int:
-  """The trial process's exit code; a cancelled task (KeyboardInterrupt, which Ray raises
-  between bytecodes, hence the polling) passes SIGINT on to the trial and waits for it."""
+def _wait(process: subprocess.Popen, trial_dir: str,
+          timeout_s: float | None) -> executors.Outcome:
+  """How the trial process ended (killed past `timeout_s`: executors.timed_out); a cancelled
+  task (KeyboardInterrupt, which Ray raises between bytecodes, hence the polling) passes SIGINT
+  on to the trial and waits for it."""
+  started = time.monotonic()
   try:
     while process.poll() is None:
+      if executors.past(started, timeout_s):
+        return executors.timed_out(process, trial_dir, timeout_s)
       time.sleep(0.2)
   except KeyboardInterrupt:
     executors.stop_processes([process], signal.SIGINT)
     raise
-  return process.returncode
+  return executors.Outcome(returncode=process.returncode)
 
 
 def _unship(shipped: dict[str, Any], job: str) -> tuple[str, str]:
@@ -95,16 +108,18 @@ def _unship(shipped: dict[str, Any], job: str) -> tuple[str, str]:
   return spec_path, trial_dir
 
 
-def _run_shipped(shipped: dict[str, Any], cwd: str) -> int:
+def _run_shipped(shipped: dict[str, Any], cwd: str,
+                 timeout_s: float | None) -> executors.Outcome:
   """A trial whose spec and config files came with the task: run in a temporary job dir on
   this node, then its folder uploaded to `publish_to` (the same upload as the driver's)."""
   from nascli.search import workspace  # pylint: disable=g-import-not-at-top
   with tempfile.TemporaryDirectory(prefix="nascli-trial-") as job:
     spec_path, trial_dir = _unship(shipped, job)
-    code = _wait(executors.start_trial_process(spec_path, trial_dir,
-                                               cwd=cwd if os.path.isdir(cwd) else None))
+    outcome = _wait(executors.start_trial_process(spec_path, trial_dir,
+                                                  cwd=cwd if os.path.isdir(cwd) else None),
+                    trial_dir, timeout_s)
     workspace.upload_trial(trial_dir, shipped["publish_to"])
-  return code
+  return outcome
 
 
 def ship(spec_path: str, publish_to: str) -> dict[str, Any]:
@@ -140,21 +155,22 @@ class TrialActor:
   attempt (`run`), replaced when it died, failed or served its `max_trials_per_worker`.
   Threaded (two calls at once) so that `interrupt` reaches a worker while `run` waits on it."""
 
-  def __init__(self, name: str, max_trials_per_worker: int):
+  def __init__(self, name: str, max_trials_per_worker: int, trial_timeout: float | None = None):
     self._name = name
     self._max = max_trials_per_worker
+    self._timeout = trial_timeout
     self._worker: warm_workers.Worker | None = None
     self._started = 0
     self._lock = threading.Lock()
-    self._busy: warm_workers.Worker | None = None  # the worker running an attempt
+    self._busy: warm_workers.Attempt | None = None  # the attempt under way
     self._stop: int | None = None  # the signal of an interrupt (the search is stopping)
     # Workers start from this one thread, which lives as long as the actor: PR_SET_PDEATHSIG
     # fires when the *thread* that started a process ends, and Ray's method threads are Ray's.
     self._spawner = futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="nascli-spawn")
 
   def run(self, spec_path: str, trial_dir: str, cwd: str,
-          shipped: dict[str, Any] | None = None) -> dict[str, Any]:
-    """One attempt to its end: {"returncode": C} and, if the worker died under it, "error"."""
+          shipped: dict[str, Any] | None = None) -> executors.Outcome:
+    """One attempt to its end (warm_workers.Attempt says how it ended)."""
     if shipped is None:
       return self._attempt(spec_path, trial_dir, cwd, os.path.join(
           os.path.dirname(trial_dir), warm_workers.WORKER_LOGS))
@@ -179,42 +195,30 @@ class TrialActor:
     return self._worker
 
   def _attempt(self, spec_path: str, trial_dir: str, cwd: str,
-               log_dir: str | None) -> dict[str, Any]:
-    log = os.path.join(trial_dir, executors.TRIAL_LOG)
-    worker = self._ready_worker(cwd, log_dir)
-    try:
-      request = worker.submit("trial", log, spec=spec_path)
-    except OSError:  # it ended since it was found usable: a fresh one takes the attempt
-      worker.close()
-      worker = self._ready_worker(cwd, log_dir)
-      request = worker.submit("trial", log, spec=spec_path)
+               log_dir: str | None) -> executors.Outcome:
+    attempt = warm_workers.Attempt(lambda: self._ready_worker(cwd, log_dir), spec_path,
+                                   trial_dir, where=f", on {_node()}", timeout_s=self._timeout)
     with self._lock:
-      self._busy, stop = worker, self._stop
+      self._busy, stop = attempt, self._stop
     if stop is not None:  # the interrupt came while the attempt was being handed over
-      worker.signal(stop)
+      attempt.stop(stop)
     try:
-      while (code := worker.result(request)) is None:
-        exited = worker.exit_code()
-        if exited is not None:
-          code = worker.result(request)  # it may have answered just before it ended
-          if code is None:
-            return {"returncode": exited, "error": f"the trial's worker (pid {worker.pid}, on"
-                    f" {_node()}) {warm_workers.died(exited)}"}
-          break
+      while (outcome := attempt.poll()) is None:
         time.sleep(_POLL_S)
     finally:
       with self._lock:
         self._busy = None
-    return {"returncode": code}
+    return outcome
 
   def interrupt(self, signum: int, grace_s: float) -> None:
     """Passes `signum` on to the busy worker (its trial records `interrupted`, answers and the
     worker exits); waits up to `grace_s` for it, then kills it."""
     with self._lock:
-      self._stop, worker = signum, self._busy
-    if worker is None:
+      self._stop, attempt = signum, self._busy
+    if attempt is None:
       return
-    worker.signal(signum)
+    attempt.stop(signum)
+    worker = attempt.worker
     try:
       worker.process.wait(timeout=grace_s)
     except subprocess.TimeoutExpired:
@@ -282,9 +286,11 @@ class RayExecutor(executors.Executor):
 
   def __init__(self, address: str, num_cpus_per_trial: float = 1.0,
                num_gpus_per_trial: float = 0.0, runtime_env: dict[str, Any] | None = None,
-               local_num_cpus: int | None = None, local_temp_dir: str | None = None):
+               local_num_cpus: int | None = None, local_temp_dir: str | None = None,
+               trial_timeout: float | None = None):
     ray = _import_ray()
     self._ray = ray
+    self.trial_timeout = trial_timeout  # --trial_timeout, kept where each attempt runs
     if num_cpus_per_trial < 0 or num_gpus_per_trial < 0:
       raise NascliError("--num_cpus_per_trial and --num_gpus_per_trial must not be negative")
     init: dict[str, Any] = {"log_to_driver": False, "include_dashboard": False,
@@ -343,7 +349,7 @@ class RayTaskExecutor(RayExecutor):
     del slot
     shipped = ship(spec_path, publish_to) if publish_to else None
     ref = self._task.remote(os.path.abspath(spec_path), os.path.abspath(trial_dir), os.getcwd(),
-                            shipped)
+                            shipped, self.trial_timeout)
     return _Attempt(ref, shipped is not None, None if shipped else os.path.abspath(trial_dir))
 
   def poll(self, handle: _Attempt) -> executors.Outcome | None:
@@ -352,7 +358,7 @@ class RayTaskExecutor(RayExecutor):
     if not ready:
       return None
     try:
-      return executors.Outcome(returncode=ray.get(handle.ref), published=handle.published)
+      return dataclasses.replace(ray.get(handle.ref), published=handle.published)
     except ray.exceptions.RayTaskError as e:
       return executors.Outcome(error=_failed(e))
     except ray.exceptions.RayError as e:  # worker crashed, node died, object lost
@@ -398,7 +404,7 @@ class RayActorExecutor(RayExecutor):
     if actor is None:
       self._created += 1
       actor = self._actors[slot] = self._actor_class.remote(f"{slot}.{self._created}",
-                                                            self._max_trials)
+                                                            self._max_trials, self.trial_timeout)
       self._up[slot] = actor.__ray_ready__.remote()
     return actor
 
@@ -441,8 +447,7 @@ class RayActorExecutor(RayExecutor):
     except ray.exceptions.RayError as e:  # object lost
       self._retire(handle)
       return executors.Outcome(lost=_lost(e))
-    return executors.Outcome(returncode=result["returncode"], error=result.get("error"),
-                             published=handle.published)
+    return dataclasses.replace(result, published=handle.published)
 
   def interrupt(self, handles: list[_Attempt], signum: int) -> None:
     """Each busy actor passes `signum` on to its worker and waits for the trial to record

@@ -6,6 +6,12 @@ a process group of its own (a Ctrl-C at the terminal reaches the driver alone, w
 signal on) and dies with the driver (PR_SET_PDEATHSIG). `WarmExecutor` keeps one worker per
 slot (a GPU, or a share of the CPU), gives it trial after trial, and replaces a worker that
 died, that ended after a failed trial, or that has served its `--max_trials_per_worker`.
+
+What a worker's death means for a trial is decided in one place, `Attempt`, which both this
+executor and Ray's (ray_executor.TrialActor) follow their attempts with: a worker that died
+before it accepted the trial (between trials, say, while it freed the last one, or as it
+started) ran none of it, and a fresh worker takes the trial at no cost to it; one that died
+after it accepted the trial fails that trial, as a trial process that dies does.
 """
 
 import json
@@ -14,12 +20,17 @@ import signal
 import subprocess
 import sys
 import time
-from typing import Any
+from typing import Any, Callable
 
 from nascli.search import executors
 
 DEFAULT_MAX_TRIALS = 10  # per worker: then a fresh one, so memory cannot creep
 WORKER_LOGS = "workers"  # in the job's work dir: each worker's output outside its requests
+WORKER_MODULE = "nascli.search.worker"  # what a worker process runs, as `python -m`
+# Fresh workers in a row that may take over an attempt whose worker died before accepting it;
+# past that the workers themselves are suspect, and the attempt is `lost` (the search loop
+# retries it, up to --max_trial_retries).
+MAX_HANDOVERS = 2
 _STOP_S = 10.0  # how long a worker whose channel closed gets to exit before it is killed
 
 
@@ -30,7 +41,7 @@ class Worker:
                max_requests: int = DEFAULT_MAX_TRIALS, check_argv: list[str] | None = None):
     """`check_argv`: the worker first checks the search's config (preflight.ConfigCheck)."""
     read_end, write_end = os.pipe()
-    module = ["nascli.search.preflight", *check_argv] if check_argv else ["nascli.search.worker"]
+    module = ["nascli.search.preflight", *check_argv] if check_argv else [WORKER_MODULE]
     os.makedirs(os.path.dirname(log_path), exist_ok=True)
     try:
       with open(log_path, "ab") as log:
@@ -38,7 +49,7 @@ class Worker:
             [sys.executable, "-m", *module, "--reply_fd", str(write_end),
              "--max_requests", str(max_requests)],
             stdin=subprocess.PIPE, stdout=log, stderr=log, env=env, cwd=cwd,
-            pass_fds=(write_end,), preexec_fn=executors.die_with_parent, process_group=0)
+            pass_fds=(write_end,), preexec_fn=executors.child_setup(), process_group=0)
     finally:
       os.close(write_end)
     os.set_blocking(read_end, False)
@@ -46,21 +57,28 @@ class Worker:
     self._replies = read_end
     self._buffer = b""
     self._next_id = 0
+    self.accepted: dict[int, float] = {}  # request id -> time.monotonic() it was seen taken
     self.done: dict[int, int] = {}  # request id -> exit code
     self.requests = 0  # sent so far
     self.max_requests = max_requests
     self.ready = False
+    self.broken = False  # a request could not be sent: it closed its channel
 
   @property
   def pid(self) -> int:
     return self.process.pid
 
   def submit(self, kind: str, log: str, **payload: Any) -> int:
-    """Sends a request; returns its id."""
+    """Sends a request; returns its id. OSError (BrokenPipeError): the worker has closed its
+    channel (it ended, or is ending) and took nothing."""
     self._next_id += 1
     line = json.dumps({"id": self._next_id, "kind": kind, "log": log, **payload}) + "\n"
-    self.process.stdin.write(line.encode("utf-8"))
-    self.process.stdin.flush()
+    try:
+      self.process.stdin.write(line.encode("utf-8"))
+      self.process.stdin.flush()
+    except OSError:
+      self.broken = True
+      raise
     self.requests += 1
     return self._next_id
 
@@ -78,6 +96,8 @@ class Worker:
         event = json.loads(line)
         if event["event"] == "ready":
           self.ready = True
+        elif event["event"] == "accepted":
+          self.accepted.setdefault(event["id"], time.monotonic())
         elif event["event"] == "done":
           self.done[event["id"]] = event["returncode"]
 
@@ -91,7 +111,8 @@ class Worker:
 
   def usable(self) -> bool:
     """Alive, not spent, and not left by a failed request."""
-    return (self.exit_code() is None and self.requests < self.max_requests
+    return (self.exit_code() is None and not self.broken
+            and self.requests < self.max_requests
             and all(code == 0 for code in self.done.values()))
 
   def signal(self, signum: int) -> None:
@@ -149,20 +170,101 @@ def start_config_check(executor: executors.Executor, check: Any, log_dir: str) -
                 max_requests=1, check_argv=check.argv())
 
 
-class _Assignment:
-  """A trial attempt given to a worker: the executor's handle of it."""
+class Attempt:
+  """A trial attempt on a slot's warm worker, followed to its end: what a worker's exit means
+  for the trial, for this machine's executor and Ray's alike (see the module docstring).
 
-  def __init__(self, worker: Worker, request_id: int):
-    self.worker = worker
-    self.request_id = request_id
+  `fresh` returns the slot's worker, a new one where the last is not usable. A worker that
+  ended before it accepted the attempt (worker.py's `accepted`; a request it could not even be
+  sent is the same) hands it to a fresh worker, noted in the trial's log, up to
+  MAX_HANDOVERS times; then the attempt is `lost`. One that ended after it accepted the attempt
+  fails it with its exit code. Past `timeout_s` after it was accepted (--trial_timeout), the
+  attempt is killed with its worker and fails with the reason `timeout`. An interrupted attempt
+  (`stop`) is never handed over: the search is stopping.
+  """
+
+  def __init__(self, fresh: Callable[[], Worker], spec_path: str, trial_dir: str,
+               where: str = "", timeout_s: float | None = None):
+    self._fresh = fresh
+    self.spec_path = spec_path
+    self.trial_dir = trial_dir
+    self.log = os.path.join(trial_dir, executors.TRIAL_LOG)
+    self._where = where  # e.g. ", on node 10.0.0.2", after the worker's pid in a reason
+    self.timeout_s = timeout_s
+    self.handovers = 0
+    self.stopping: int | None = None  # the signal of an interrupt
+    self.worker: Worker
+    self._request: int | None = None
+    open(self.log, "ab").close()  # there from the start, as a trial process's log is
+    self._send()
+
+  def _send(self) -> None:
+    self.worker = self._fresh()
+    try:
+      self._request = self.worker.submit("trial", self.log, spec=self.spec_path)
+    except OSError:  # it ended since it was found usable: poll() hands the attempt over
+      self._request = None
+    if self.stopping is not None:  # an interrupt came while the attempt was being handed over
+      self.worker.signal(self.stopping)
+
+  def _dead(self, how: str) -> str:
+    return f"the trial's worker (pid {self.worker.pid}{self._where}) {how}"
+
+  def poll(self) -> executors.Outcome | None:
+    """None while the attempt runs (or waits for its worker), else how it ended."""
+    while True:
+      worker, request = self.worker, self._request
+      if request is not None:
+        code = worker.result(request)
+        exited = worker.exit_code()
+        if code is None and exited is not None:
+          code = worker.result(request)  # it may have answered just before it ended
+        if code is not None:
+          return executors.Outcome(returncode=code)
+        if exited is None:
+          return self._past_timeout()
+        if request in worker.accepted:
+          return executors.Outcome(returncode=exited, error=self._dead(died(exited)))
+      ended = self._hand_over()
+      if ended is not None:
+        return ended
+
+  def _hand_over(self) -> executors.Outcome | None:
+    """The worker ended before it accepted the attempt: a fresh one takes it (None), unless the
+    search is stopping or MAX_HANDOVERS fresh workers already died so (its outcome)."""
+    self.worker.close()  # reaped (its channel is closed: it is gone or going)
+    code = self.worker.exit_code()
+    how = self._dead(f"{died(code)} before it accepted the trial")
+    if self.stopping is not None:
+      return executors.Outcome(returncode=code, error=how)
+    if self.handovers >= MAX_HANDOVERS:
+      return executors.Outcome(lost=f"{how}, as {self.handovers + 1} workers in a row did; see"
+                                    f" {self.worker.log_path}")
+    self.handovers += 1
+    with open(self.log, "a", encoding="utf-8") as log:
+      log.write(f"nascli: {how}; a fresh worker takes it\n")
+    self._send()
+    return None
+
+  def _past_timeout(self) -> executors.Outcome | None:
+    if not executors.past(self.worker.accepted.get(self._request), self.timeout_s):
+      return None
+    outcome = executors.timed_out(self.worker.process, self.trial_dir, self.timeout_s)
+    return outcome if outcome.error else None  # None: it ended by itself, poll() reads how
+
+  def stop(self, signum: int) -> None:
+    """Passes an interrupt on to the worker running the attempt."""
+    self.stopping = signum
+    self.worker.signal(signum)
 
 
 @executors.register_local_executor("worker")
 class WarmExecutor(executors.LocalExecutor):
   """Trial attempts on this machine in warm workers, one per slot."""
 
-  def __init__(self, stderr_print=None, max_trials_per_worker: int = DEFAULT_MAX_TRIALS):
-    super().__init__(stderr_print)
+  def __init__(self, stderr_print=None, max_trials_per_worker: int = DEFAULT_MAX_TRIALS,
+               trial_timeout: float | None = None):
+    super().__init__(stderr_print, trial_timeout)
     self.max_trials_per_worker = max_trials_per_worker
     self._workers: dict[int, Worker] = {}  # slot index -> its current worker
     self._slot_values: list[Any] = []
@@ -200,34 +302,21 @@ class WarmExecutor(executors.LocalExecutor):
     return worker
 
   def start(self, spec_path: str, trial_dir: str, slot: Any,
-            publish_to: str | None = None) -> _Assignment:
+            publish_to: str | None = None) -> Attempt:
     del publish_to  # on this machine: the driver's workspace publishes the trial folder
-    worker = self._worker(slot, os.path.join(os.path.dirname(os.path.abspath(trial_dir)),
-                                             WORKER_LOGS))
-    log = os.path.join(trial_dir, executors.TRIAL_LOG)
-    open(log, "ab").close()  # there from the start, as a trial process's log is
-    request = worker.submit("trial", log, spec=os.path.abspath(spec_path))
-    return _Assignment(worker, request)
+    log_dir = os.path.join(os.path.dirname(os.path.abspath(trial_dir)), WORKER_LOGS)
+    return Attempt(lambda: self._worker(slot, log_dir), os.path.abspath(spec_path), trial_dir,
+                   timeout_s=self.trial_timeout)
 
-  def poll(self, handle: _Assignment) -> executors.Outcome | None:
-    worker = handle.worker
-    code = worker.result(handle.request_id)
-    if code is None:
-      exited = worker.exit_code()
-      if exited is None:
-        return None
-      code = worker.result(handle.request_id)  # it may have answered just before it ended
-      if code is None:
-        return executors.Outcome(returncode=exited,
-                                 error=f"the trial's worker (pid {worker.pid}) {died(exited)}")
-    return executors.Outcome(returncode=code)
+  def poll(self, handle: Attempt) -> executors.Outcome | None:
+    return handle.poll()
 
-  def interrupt(self, handles: list[_Assignment], signum: int) -> None:
+  def interrupt(self, handles: list[Attempt], signum: int) -> None:
     """Passes `signum` on to the busy workers; each trial records `interrupted`, answers and
     its worker exits. Waits up to INTERRUPT_GRACE_S, then kills what is left."""
+    for handle in handles:
+      handle.stop(signum)
     busy = {h.worker.pid: h.worker for h in handles}
-    for worker in busy.values():
-      worker.signal(signum)
     deadline = time.monotonic() + executors.INTERRUPT_GRACE_S
     for worker in busy.values():
       try:

@@ -3,8 +3,11 @@
 `python -m nascli.search.worker --reply_fd FD [--max_requests K]` reads requests from stdin,
 one JSON object a line, runs each in this process with its output in the request's log file,
 and answers on FD (a pipe the driver holds): `{"event": "ready"}` once the imports are done,
-then `{"event": "done", "id": N, "returncode": C}` per request. The exit code of a request is
-the one a one-trial process (`python -m nascli.search.trial`) would have exited with, so the
+then per request `{"event": "accepted", "id": N}` as it takes the request, before it runs any of
+it, and `{"event": "done", "id": N, "returncode": C}` at its end. A worker that dies before
+`accepted` ran none of the request: the driver gives it to a fresh worker at no cost to the
+trial (warm_workers.Attempt); one that dies after it fails the trial. The exit code of a request
+is the one a one-trial process (`python -m nascli.search.trial`) would have exited with, so the
 search loop treats both alike.
 
 It ends when stdin closes (the driver is done with it, or died), after a request that failed
@@ -102,10 +105,16 @@ def _reset() -> None:
   trial (measured: 10-15 s added to its start or its FLOPs count). The automatic collector is
   off in a worker: a trial's own cycles wait for the end of the trial.
   """
-  import tf_keras  # pylint: disable=g-import-not-at-top
-  tf_keras.backend.clear_session()
+  tf_keras = sys.modules.get("tf_keras")  # none imported (a worker of other requests): no state
+  if tf_keras is not None:
+    tf_keras.backend.clear_session()
   runtime.cleanup_temp_files()
   threading.Thread(target=gc.collect, name="nascli-trial-garbage", daemon=True).start()
+
+
+def _answer(reply, event: dict[str, Any]) -> None:
+  reply.write(json.dumps(event) + "\n")
+  reply.flush()
 
 
 def serve(requests, reply, max_requests: int) -> int:
@@ -117,10 +126,10 @@ def serve(requests, reply, max_requests: int) -> int:
     if not line:
       return 0  # the driver closed the channel
     request = json.loads(line)
+    _answer(reply, {"event": "accepted", "id": request["id"]})
     with _output_to(request["log"]):
       code = _HANDLERS[request["kind"]](request)
-    reply.write(json.dumps({"event": "done", "id": request["id"], "returncode": code}) + "\n")
-    reply.flush()
+    _answer(reply, {"event": "done", "id": request["id"], "returncode": code})
     served += 1
     if code != 0:
       return code if code in (130, 143) else 0
@@ -129,23 +138,30 @@ def serve(requests, reply, max_requests: int) -> int:
     _reset()
 
 
-def main(argv: list[str]) -> int:
+def load_trial_code() -> None:
+  """What a trial worker imports before it says it is ready: TensorFlow, Model Garden (see
+  nascli/frameworks.py) and the trial code."""
+  from nascli import frameworks  # pylint: disable=g-import-not-at-top
+  frameworks.load()
+  from nascli.search import trial  # noqa: F401  pylint: disable=g-import-not-at-top,unused-import
+
+
+def main(argv: list[str], load: Callable[[], None] = load_trial_code) -> int:
+  """A worker that serves the requests of _HANDLERS once `load` has imported what they need
+  (a worker program with handlers of its own passes its own)."""
   parser = argparse.ArgumentParser(prog="python -m nascli.search.worker")
   parser.add_argument("--reply_fd", type=int, required=True)
   parser.add_argument("--max_requests", type=int, default=10)
   args = parser.parse_args(argv)
   reply = os.fdopen(args.reply_fd, "w", encoding="utf-8")
-  from nascli import frameworks  # pylint: disable=g-import-not-at-top
   runtime.quiet_libraries()
   start = time.monotonic()
   interrupts.relayed()  # the driver passes on each Ctrl-C this process also gets from its group
   with interrupts.handled():
     try:
-      frameworks.load()
-      from nascli.search import trial  # noqa: F401  pylint: disable=unused-import
-      reply.write(json.dumps({"event": "ready", "pid": os.getpid(),
-                              "start_s": round(time.monotonic() - start, 3)}) + "\n")
-      reply.flush()
+      load()
+      _answer(reply, {"event": "ready", "pid": os.getpid(),
+                      "start_s": round(time.monotonic() - start, 3)})
       return serve(sys.stdin, reply, args.max_requests)
     except KeyboardInterrupt as e:  # between requests: nothing to record
       return interrupts.exit_code(e)
