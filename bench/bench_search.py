@@ -631,12 +631,12 @@ def _compute_curve(job_dir: Path, train_steps: int) -> dict:
   from nascli.search import scheduler  # pylint: disable=g-import-not-at-top
   with open(job_dir / "journal.jsonl", encoding="utf-8") as f:
     events = [json.loads(line) for line in f if line.strip()]
-  curve, spent, best = [], 0, None
-  for e in events:
+  curve, best = [], None
+  for i, e in enumerate(events):
     if e["event"] not in (scheduler.RUNG, "completed"):
       continue
-    one = scheduler.compute_spent([e], train_steps)[str(e["trial_id"])]
-    spent += one["steps"]
+    # What the journal so far says was spent (an attempt's steps depend on the ones before).
+    spent = sum(t["steps"] for t in scheduler.compute_spent(events[:i + 1], train_steps).values())
     if e["event"] == "completed":
       best = e["reward"] if best is None else max(best, e["reward"])
     curve.append([spent, None if best is None else round(best, 4)])

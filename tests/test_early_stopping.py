@@ -1,5 +1,7 @@
-"""Early stopping: the schedulers' decisions, their journal events, the outputs that show stopped
-trials, the controller's feedback for them, and one real ASHA search killed mid-rung and resumed.
+"""Early stopping: the schedulers' decisions (each checked against Ray Tune's own scheduler,
+tests/test_scheduler_oracle.py), their journal events, the compute spent, the outputs that show
+stopped trials, the controller's feedback for them, and one real ASHA search killed between a
+report and its decision, then resumed.
 """
 
 import glob
@@ -9,7 +11,6 @@ import signal
 import struct
 import subprocess
 import sys
-import time
 
 import pytest
 
@@ -30,10 +31,18 @@ def _scheduler(name, eta=3):
 
 
 def _decisions(scheduler, sequence):
-  """Decisions on (trial, rung, reward) reports, each judged on the reports before it."""
-  reports = [Report(t, rung, 10 * 3**rung, reward, seq)
-             for seq, (t, rung, reward) in enumerate(sequence, 1)]
-  return [scheduler_lib.decide(scheduler, reports, r) for r in reports]
+  """Decisions on (trial, rung, reward) reports, each judged on the reports before it; checked
+  equal to Ray Tune's own scheduler's on the same reports."""
+  from test_scheduler_oracle import ray_decisions  # pylint: disable=g-import-not-at-top
+  eta = scheduler.settings.reduction_factor
+  events = [{'event': 'rung', 'trial_id': t, 'rung': rung, 'step': 10 * eta**rung,
+             'reward': reward, 'seq': seq} for seq, (t, rung, reward) in enumerate(sequence, 1)]
+  reports = scheduler_lib.reports(events)
+  ours = [scheduler_lib.decide(scheduler, reports, r) for r in reports]
+  if scheduler.early_stopping:
+    ray = ray_decisions(events, scheduler.settings.name, 10, eta, 10 * eta**3)
+    assert ours == [ray[(r.trial_id, r.rung)] for r in reports]
+  return ours
 
 
 def test_rungs_are_min_steps_times_eta_powers_below_the_budget_then_the_budget():
@@ -48,14 +57,15 @@ def test_rungs_are_min_steps_times_eta_powers_below_the_budget_then_the_budget()
 
 
 def test_asha_goes_on_from_the_quantile_of_the_rungs_earlier_rewards():
-  """Ray Tune's cutoff: the (1 - 1/eta) quantile of the others' rewards at the rung so far."""
+  """Ray Tune's cutoff: numpy's (1 - 1/eta) percentile of the others' rewards at the rung so
+  far; below it, the trial stops."""
   asha = _scheduler('asha', eta=3)
   sequence = [('1', 0, 0.5),  # first at the rung: on
               ('2', 0, 0.4),  # cutoff 0.5: stop
-              ('3', 0, 0.3),  # cutoff 0.4 + 0.1 * 2/3: stop
+              ('3', 0, 0.3),  # cutoff 0.4667 (2/3 of the way from 0.4 to 0.5): stop
               ('1', 1, 0.55),  # first at rung 1: on
-              ('4', 0, 0.9),  # cutoff 0.4333: on
-              ('5', 0, 0.6),  # cutoff 0.5 (the 2/3 quantile of 0.3, 0.4, 0.5, 0.9): on
+              ('4', 0, 0.9),  # cutoff 0.4333 (1/3 of the way from 0.4 to 0.5): on
+              ('5', 0, 0.6),  # cutoff 0.5 (the 2/3 point of 0.3, 0.4, 0.5, 0.9): on
               ('2', 1, 0.45), ('4', 1, 0.95),  # rung 1: cutoffs 0.55 (stop), 0.5167 (on)
               ('6', 0, 0.6),  # cutoff 0.5667: on
               ('7', 0, 0.6)]  # cutoff 0.6 (tied with 5 and 6): ties go on
@@ -64,6 +74,11 @@ def test_asha_goes_on_from_the_quantile_of_the_rungs_earlier_rewards():
   eta2 = _scheduler('asha', eta=2)  # the median of the earlier rewards
   assert _decisions(eta2, [('1', 0, 0.5), ('2', 0, 0.4), ('3', 0, 0.6), ('4', 0, 0.55)]) == [
       True, False, True, True]
+  # Exact fractions: the median of 0.15 and 0.45 is 0.3 to the last bit (numpy's
+  # interpolation; a naive one gives 0.30000000000000004 and stopped trial 3). A NaN reward is
+  # left out of the cutoffs and goes on itself (NaN < cutoff is false), as in Ray.
+  assert _decisions(eta2, [('1', 0, 0.15), ('2', 0, 0.45), ('3', 0, 0.3),
+                           ('4', 0, float('nan')), ('5', 0, 0.25)]) == [True] * 4 + [False]
 
 
 def test_a_decision_depends_only_on_the_reports_before_it():
@@ -89,6 +104,11 @@ def test_median_stops_below_the_median_of_the_others_running_averages_after_grac
   sequence = [('1', 0, 0.4), ('2', 0, 0.3), ('3', 0, 0.1), ('4', 0, 0.36),
               ('1', 1, 0.5), ('2', 1, 0.4), ('3', 1, 0.3), ('4', 1, 0.3), ('5', 1, 0.33)]
   assert _decisions(median, sequence)[-2:] == [True, False]
+  # A NaN running average is left out (trial 4 meets two others, too few); a NaN best is
+  # stopped (trial 6 meets 0.5, 0.4, 0.3, 0.35: median 0.375), as in Ray.
+  nan = float('nan')
+  assert _decisions(median, [('1', 0, nan), ('2', 0, 0.5), ('3', 0, 0.4), ('4', 0, 0.3),
+                             ('5', 0, 0.35), ('6', 0, nan)]) == [True] * 4 + [False, False]
 
 
 def test_none_never_stops_and_has_no_rungs():
@@ -223,6 +243,41 @@ def test_compute_spent_sums_the_recorded_attempts():
   assert scheduler_lib.compute_spent(plain) == {'1': {'steps': None, 'wall_s': 4.0}}
   assert scheduler_lib.compute_spent(plain, train_steps=100) == {'1': {'steps': 100,
                                                                        'wall_s': 4.0}}
+
+
+def test_compute_spent_counts_the_checkpointed_work_of_interrupted_and_lost_attempts():
+  """An attempt that ends without an outcome (interrupted, lost) trained up to the checkpoint
+  it left: those steps count, once, whether its event names the checkpoint or the next attempt
+  shows it by resuming from there."""
+  def promoted(trial):
+    return {'event': 'promoted', 'trial_id': trial, 'rung': 0}
+
+  def completed(trial, resumed_from):
+    return {'event': 'completed', 'trial_id': trial, 'reward': 0.6,
+            'metrics': dict(METRICS, rung=1, step=30, resumed_from=resumed_from)}
+
+  events = [
+      # Trial 1: rung 0 (0-10); its rung-1 attempt lost after a checkpoint at 15 (its event
+      # names none); the next one resumed from 15 to 30: 10 + 5 + 15.
+      _rung('1', 0, 10, 0.3), promoted('1'), {'event': 'lost', 'trial_id': '1', 'attempt': 2},
+      completed('1', 15),
+      # Trial 2: interrupted with a checkpoint at 20, not resumed (yet): 10 + 10.
+      _rung('2', 0, 10, 0.3), promoted('2'),
+      {'event': 'interrupted', 'trial_id': '2', 'attempt': 2, 'step': 20},
+      # Trial 3: interrupted at 15, then resumed from there: 10 + 5 + 15, the 5 counted once.
+      _rung('3', 0, 10, 0.3), promoted('3'),
+      {'event': 'interrupted', 'trial_id': '3', 'attempt': 2, 'step': 15}, completed('3', 15),
+      # Trial 4: its checkpoint gone, trained again from 0: 10 + 30.
+      _rung('4', 0, 10, 0.3), promoted('4'), completed('4', 0)]
+  spent = scheduler_lib.compute_spent(events)
+  assert {t: s['steps'] for t, s in spent.items()} == {'1': 30, '2': 20, '3': 30, '4': 40}
+  assert spent['2']['wall_s'] == 3.0  # the rung's attempt only: an interrupted one has none
+  # Without early stopping: the completed attempt trained from its trial's checkpoint.
+  plain = [{'event': 'interrupted', 'trial_id': '1', 'attempt': 1, 'step': 10},
+           {'event': 'completed', 'trial_id': '1', 'reward': 1.0, 'metrics': {'wall_s': 4.0}}]
+  assert scheduler_lib.compute_spent(plain, train_steps=100) == {'1': {'steps': 100,
+                                                                       'wall_s': 4.0}}
+  assert scheduler_lib.compute_spent(plain) == {'1': {'steps': None, 'wall_s': 4.0}}
 
 
 class _Controller:
@@ -406,14 +461,22 @@ def test_list_trials_shows_and_filters_stopped_trials(tmp_path, capsys):
 SHORT = "trainer.train_steps=20,trainer.steps_per_loop=10,trainer.checkpoint_interval=10"
 
 
-def _journal_now(job):
-  """The journal's events so far ([] before it exists; a line being written is left out)."""
-  try:
-    with open(job / 'journal.jsonl', encoding='utf-8') as f:
-      lines = f.read().split('\n')[:-1]
-  except FileNotFoundError:
-    return []
-  return [json.loads(line) for line in lines]
+# The driver of the first run, with a fault injected from the test's side: it dies (SIGKILL)
+# as the scheduler is about to decide trial 2's first rung report, so its journal ends with
+# that `rung` event and no decision (the point where a kill has to be handled).
+_KILLED_BEFORE_A_DECISION = """
+import os, signal, sys
+from nascli import app
+from nascli.search import scheduler
+should_continue = scheduler.Asha.should_continue
+def dies_first(self, report, history):
+  if report.trial_id == os.environ['KILL_AT_TRIAL']:
+    os.kill(os.getpid(), signal.SIGKILL)
+  return should_continue(self, report, history)
+scheduler.Asha.should_continue = dies_first
+sys.argv[0] = 'nascli'
+app.run()
+"""
 
 
 def _steps(path):
@@ -421,63 +484,64 @@ def _steps(path):
     return [json.loads(line)['step'] for line in f if line.strip()]
 
 
-def test_asha_search_killed_mid_rung_resumes_with_the_same_decisions(tmp_path_factory):
+def test_asha_search_killed_between_a_report_and_its_decision_resumes_with_ray_s_decisions(
+    tmp_path_factory):
   """ASHA (eta 2, rungs at 10 and 20 steps) over 3 trials on the embedded digits. The driver is
-  SIGKILLed as trial 1's second rung starts; the same command finishes the search: exactly 3
-  trials, each final; every decision the one the scheduler makes from the journal; promoted
+  SIGKILLed after journaling trial 2's rung-0 report, before its decision; the same command
+  finishes the search: exactly 3 trials, each final; the owed decision made once, on resume;
+  every decision the one Ray Tune's ASHAScheduler makes on the journal's reports; promoted
   trials continue from their checkpoint (no recorded step trained twice); stopped trials are
   recorded with their last rung's metrics.
 
   About 80 s on a 2-core CPU: two driver start-ups (TensorFlow in the driver and its warm
-  worker, about 20 s each) and five rung attempts; one search covers what two would.
+  worker, about 20 s each) and five or six rung attempts; one search covers what two would.
   """
+  from test_scheduler_oracle import ray_decisions  # pylint: disable=g-import-not-at-top
   cache = str(tmp_path_factory.mktemp('nascli_cache'))
   job = tmp_path_factory.mktemp('asha') / 'job'
-  args = [sys.executable, '-m', 'nascli', 'search_in_local', '--prebuilt_search_space',
-          'mnasnet', '--local_output_dir', str(job), '--seed', '7', '--max_nas_trial', '3',
-          '--early_stopping', 'asha', '--min_steps', '10', '--reduction_factor', '2',
-          '--export_top_k', '0', '--search_docker_flags', f'params_override={SHORT}']
+  flags = ['search_in_local', '--prebuilt_search_space', 'mnasnet', '--local_output_dir',
+           str(job), '--seed', '7', '--max_nas_trial', '3', '--early_stopping', 'asha',
+           '--min_steps', '10', '--reduction_factor', '2', '--export_top_k', '0',
+           '--search_docker_flags', f'params_override={SHORT}']
   env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL='3', NASCLI_CACHE_DIR=cache)
-  driver = subprocess.Popen(args, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-  try:
-    deadline = time.monotonic() + 300
-    while not any(e['event'] == 'started' and e.get('rung') == 1 for e in _journal_now(job)):
-      assert driver.poll() is None and time.monotonic() < deadline
-      time.sleep(0.05)
-    driver.send_signal(signal.SIGKILL)
-    driver.wait()
-  finally:
-    if driver.poll() is None:
-      driver.kill()
+  log = job.parent / 'killed.log'
+  with open(log, 'w', encoding='utf-8') as f:
+    killed = subprocess.run([sys.executable, '-c', _KILLED_BEFORE_A_DECISION, *flags],
+                            env=dict(env, KILL_AT_TRIAL='2'), stdout=subprocess.DEVNULL,
+                            stderr=f, timeout=600, check=False)
+  assert killed.returncode == -signal.SIGKILL, log.read_text()[-2000:]
   before = journal_events(job)
-  assert [e['event'] for e in before[-3:]] == ['rung', 'promoted', 'started']
+  assert (before[-1]['event'], before[-1]['trial_id'], before[-1]['rung']) == ('rung', '2', 0)
+  assert ('2', 0) not in scheduler_lib.journaled_decisions(before)
 
-  resumed = subprocess.run(args + ['--json'], env=env, capture_output=True, text=True,
-                           timeout=600, check=False)
+  resumed = subprocess.run([sys.executable, '-m', 'nascli', *flags, '--json'], env=env,
+                           capture_output=True, text=True, timeout=600, check=False)
   assert resumed.returncode == 0, resumed.stderr[-2000:]
   events = journal_events(job)
   assert events[:len(before)] == before
   state = journal_lib.replay(events)
   assert list(state.proposals) == ['1', '2', '3']
   assert all(state.status[t] in ('completed', 'stopped') for t in state.proposals), state.status
-  asha = _scheduler('asha', eta=2)
+  # The owed decision is made once, before any attempt of the resumed run starts.
+  later = [(e['event'], e.get('trial_id')) for e in events[len(before):]
+           if e['event'] in ('started', 'promoted', 'stopped')]
+  assert later[0] in (('promoted', '2'), ('stopped', '2')), later
+  assert later.count(later[0]) == 1
   decisions = scheduler_lib.journaled_decisions(events)
-  assert decisions == scheduler_lib.replayed_decisions(asha, events)
+  reports = [(r.trial_id, r.rung, r.reward) for r in scheduler_lib.reports(events)]
+  assert decisions == ray_decisions(events, 'asha', 10, 2, 20), reports
   assert decisions[('1', 0)] is True  # the first result of a rung always goes on
-  # With seed 7, trial 2's rung-0 accuracy is far above the others' (0.21 against 0.12 and
-  # 0.11 here): trial 3, not the best of the rung's 3 results, is stopped.
   stopped = state.trial_ids('stopped')
-  assert stopped == ['3'], [(r.trial_id, r.rung, r.reward) for r in scheduler_lib.reports(events)]
+  assert stopped == sorted(t for (t, _), on in decisions.items() if not on), reports
 
-  # Trial 1: rung 0 (0 -> 10); its rung-1 attempt killed; the rerun resumed from step 10.
   started = [(e['trial_id'], e['attempt'], e.get('rung')) for e in events
              if e['event'] == 'started']
-  assert started[:3] == [('1', 1, 0), ('1', 2, 1), ('1', 3, 1)]
+  assert started[:3] == [('1', 1, 0), ('1', 2, 1), ('2', 1, 0)]
   spent = scheduler_lib.compute_spent(events)
   for trial in state.trial_ids('completed'):
     rung_steps = [r['step'] for r in state.rungs[trial]] + [state.metrics[trial]['step']]
     assert rung_steps == [10, 20]
-    assert state.metrics[trial]['resumed_from'] == 10
+    assert state.metrics[trial]['resumed_from'] == 10  # from its rung-0 checkpoint
     assert spent[trial]['steps'] == 20  # no recorded step trained twice
     logged = _steps(job / trial / 'train_metrics.jsonl')
     assert logged == sorted(set(logged)) and logged[-1] == 20

@@ -256,7 +256,6 @@ def test_nas_params_use_vertex_format():
   assert nas_params['width'] == f'{dna[0]}/4 ({width})'
   assert nas_params['act'] == f"{dna[1]}/3 ('{['relu', 'swish', 'gelu'][dna[1]]}')"
   assert ctl.nas_params(dna) == nas_params
-  assert ctl.materialize(dna)['width'] == width
 
 
 def test_a_callers_to_nas_params_is_used():
@@ -467,27 +466,50 @@ def test_reinforce_refuses_float_decisions():
     Controller(MIXED, 'reinforce', 0)
 
 
-def test_tpe_and_reinforce_learn_what_random_search_does_not():
-  """On an additive reward over 6 decisions of 5 candidates, 40 trials of TPE and of REINFORCE
-  find better architectures than 40 random ones, on average over 4 seeds."""
-  space = pg.List([pg.oneof(list(range(5))) for _ in range(6)])
-  weights = np.random.default_rng(0).normal(size=(6, 5))
+# An additive reward over 6 decisions of 5 candidates, for the learning and sampling tests.
+ADDITIVE_SPACE = pg.List([pg.oneof(list(range(5))) for _ in range(6)])
+ADDITIVE_WEIGHTS = np.random.default_rng(0).normal(size=(6, 5))
 
-  def best(algorithm, seed):
-    ctl = Controller(space, algorithm, seed, **CHEAP)
-    found = []
-    for _ in range(40):
-      dna, _ = ctl.propose_new()
-      found.append(float(weights[np.arange(6), dna].sum()))
-      ctl.feedback(dna, found[-1])
-    return max(found)
 
-  mean = {a: np.mean([best(a, seed) for seed in range(4)]) for a in ('random', 'tpe',
-                                                                      'reinforce')}
-  optimum = weights.max(axis=1).sum()
-  # Measured: random 2.31, TPE 4.08, REINFORCE 3.60 (the optimum is 4.61).
-  assert mean['tpe'] > mean['random'] + 0.5 and mean['reinforce'] > mean['random'] + 0.5, (
-      mean, optimum)
+def _additive_rewards(algorithm, seed, informative, trials=40):
+  """The rewards of a search's proposals, in order, fed back as they are or (uninformative)
+  all as 0.0."""
+  ctl = Controller(ADDITIVE_SPACE, algorithm, seed, **CHEAP)
+  rewards = []
+  for _ in range(trials):
+    dna, _ = ctl.propose_new()
+    rewards.append(float(ADDITIVE_WEIGHTS[np.arange(6), dna].sum()))
+    ctl.feedback(dna, rewards[-1] if informative else 0.0)
+  return rewards
+
+
+@pytest.mark.parametrize('algorithm', ['tpe', 'reinforce'])
+def test_tpe_and_reinforce_learn_from_their_feedback(algorithm):
+  """The same algorithm and seed fed the true rewards or none (all 0.0): with them, its last 20
+  of 40 proposals are better, for every seed, by more than 1.0 on average. The control is the
+  algorithm itself without information, so only learning from the feedback can pass (a
+  comparison with another sampler's lucky or unlucky draws cannot). Measured: TPE 1.77
+  against -0.87, REINFORCE 0.85 against -0.54 (a uniform proposal averages
+  ADDITIVE_WEIGHTS.mean(axis=1).sum(), -0.73)."""
+  gains = []
+  for seed in range(4):
+    taught = np.mean(_additive_rewards(algorithm, seed, informative=True)[20:])
+    blind = np.mean(_additive_rewards(algorithm, seed, informative=False)[20:])
+    gains.append(taught - blind)
+  assert min(gains) > 0 and np.mean(gains) > 1.0, gains
+
+
+def test_random_proposes_every_candidate_uniformly_whatever_the_feedback():
+  """Random search ignores feedback (test_random_takes_rewards_of_any_shape_and_ignores_them)
+  and samples each decision uniformly: over 300 proposals each of the 5 candidates of each
+  decision comes 60 times, within 4 standard deviations (6.9 each)."""
+  ctl = Controller(ADDITIVE_SPACE, 'random', 0, **CHEAP)
+  counts = np.zeros((6, 5), dtype=int)
+  for _ in range(300):
+    dna, _ = ctl.propose_new()
+    counts[np.arange(6), dna] += 1
+    ctl.feedback(dna, float(ADDITIVE_WEIGHTS[np.arange(6), dna].sum()))
+  assert np.abs(counts - 60).max() < 4 * np.sqrt(300 * 0.2 * 0.8), counts
 
 
 def test_feedback_for_an_unknown_dna_is_a_bug():

@@ -99,11 +99,30 @@ def _search(job: Path, cache: str, *extra: str, env: dict | None = None, **kwarg
   return args, full_env
 
 
+# The fault, injected by the test into every Python process of the search (a sitecustomize
+# on PYTHONPATH): the attempt of trial $ABORT_TRIAL kills its own process (os.abort) as it
+# starts, as a segfault or an out-of-memory kill would.
+_ABORTING_ATTEMPT = """
+import os
+from nascli.search import trial
+_attempt = trial.attempt
+def _aborting(spec_path):
+  if trial.read_spec(spec_path).trial_id == os.environ["ABORT_TRIAL"]:
+    os.abort()
+  return _attempt(spec_path)
+trial.attempt = _aborting
+"""
+
+
 def test_a_trial_that_kills_its_process_is_recorded_and_the_next_runs_in_a_fresh_worker(
     cache, tmp_path):
   job = tmp_path / "job"
+  hook = tmp_path / "hook"
+  hook.mkdir()
+  (hook / "sitecustomize.py").write_text(_ABORTING_ATTEMPT)
+  path = os.pathsep.join(p for p in (str(hook), os.environ.get("PYTHONPATH")) if p)
   args, env = _search(job, cache, "--max_nas_trial", "3", "--json",
-                      env={"NASCLI_TEST_ABORT_TRIAL": "2"})
+                      env={"PYTHONPATH": path, "ABORT_TRIAL": "2"})
   proc = subprocess.run(args, env=env, capture_output=True, text=True, timeout=900, check=False)
   assert proc.returncode == 0, proc.stderr[-2000:]
   rows = {r["trial_id"]: r for r in json.loads(proc.stdout)}

@@ -42,8 +42,6 @@ from tf_vision.optimization import wrappers
 LOG_FILE = "log"
 METRICS_FILE = "train_metrics.jsonl"
 _LOG_LINE = re.compile(r"^epoch: (\d+) step: (\d+), loss is \S+$")
-# job_status.json of a run that stopped at its `stop_at_step`, short of train_steps: resumable.
-PAUSED = "paused"
 
 
 class NonFiniteLossError(NascliError):
@@ -423,7 +421,8 @@ def run(params: cfg.ExperimentConfig, model_dir: str, strategy: tf.distribute.St
   actions = [state.action] if state.action else []
   step = int(runner.trainer.global_step.numpy())
   metrics = {k: _scalar(v) for k, v in (eval_logs or {}).items() if _scalar(v) is not None}
-  status = PAUSED if train_to < total_steps and step < total_steps else job_status.COMPLETED
+  paused = train_to < total_steps and step < total_steps
+  status = job_status.PAUSED if paused else job_status.COMPLETED
   result = {"status": status, "step": step, "resumed_from": resumed_from,
             "train_steps": total_steps, "eval_metrics": metrics,
             "seconds": round(time.monotonic() - start, 3),
@@ -436,7 +435,7 @@ def run(params: cfg.ExperimentConfig, model_dir: str, strategy: tf.distribute.St
     job_status.write(model_dir, status, step=step, eval_metrics=metrics,
                      num_replicas=strategy.num_replicas_in_sync,
                      **({"checkpoint_step": step, "train_steps": total_steps}
-                        if status == PAUSED else {}))
+                        if status == job_status.PAUSED else {}))
   return result
 
 

@@ -394,12 +394,6 @@ class Controller:
       dna = pg.DNA.from_numbers(list(dna), self.dna_spec)
     return self._to_nas_params(self.space, dna)
 
-  def materialize(self, dna: pg.DNA | Iterable[int | float]) -> Any:
-    """The concrete architecture object of `dna`."""
-    if not isinstance(dna, pg.DNA):
-      dna = pg.DNA.from_numbers(list(dna), self.dna_spec)
-    return pg.materialize(self.space, dna)
-
   def propose(self) -> tuple[Dna, dict[str, Any]]:
     """The algorithm's next proposal, duplicate or not, as (dna, nas_params).
 

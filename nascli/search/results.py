@@ -39,6 +39,7 @@ from nascli.search import pareto as pareto_lib
 from nascli.search.journal import COMPLETED
 from nascli.search.journal import FAILED_STATUSES
 from nascli.search.journal import JobState
+from nascli.search.journal import MEASURED  # the columns a trial measures
 from nascli.search.journal import STOPPED
 
 logger = logging.getLogger(__name__)
@@ -49,8 +50,6 @@ logger = logging.getLogger(__name__)
 # from process start to end (export, latency and start-up included).
 COLUMNS = ('trial_id', 'status', 'reward', 'accuracy', 'accuracy_metric', 'latency_ms', 'flops',
            'params', 'seconds', 'wall_s', 'nas_params', 'trial_dir')
-# Columns a trial measures; the journal's `completed` metrics win over model_analysis.json.
-MEASURED = ('accuracy', 'latency_ms', 'flops', 'params', 'seconds')
 TABLE_JSON = 'trials.json'
 TABLE_CSV = 'trials.csv'
 PROGRESS_PLOT = 'search_progress.png'

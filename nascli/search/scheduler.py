@@ -35,7 +35,7 @@ before any framework loads, and benchmarks simulate searches through it).
 
 import abc
 import dataclasses
-import statistics
+import warnings
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
 from nascli.errors import NascliError
@@ -184,54 +184,60 @@ class NoEarlyStopping(Scheduler):
 
 @register_scheduler('median')
 class MedianStopping(Scheduler):
-  """Vizier's median stopping rule at the rungs: stop a trial whose best reward so far is below
-  the median of the other trials' running averages (mean of their rewards up to this rung),
-  over the trials that reported this rung before it. The grace period is the first rung
-  (`min_steps`) and MEDIAN_MIN_SAMPLES other trials at the rung (Ray Tune's
-  `min_samples_required`); with fewer, the trial goes on."""
+  """Ray Tune's `MedianStoppingRule` at the rungs (hard stop), decided as its code decides:
+  stop a trial whose best reward so far (Python's `max` over its reports in order) is below
+  `np.median` of the other trials' running averages (`np.mean` of each one's rewards up to this
+  rung's step), over the trials whose latest report is at this rung or later; averages that
+  are not finite (a NaN reward) are left out, and with fewer than MEDIAN_MIN_SAMPLES of them
+  the trial goes on. A trial whose best is NaN is stopped. The grace period is the first rung
+  (`min_steps`): every report is at or after it. This is Ray's rule over every trial that
+  reported at the rung, not Vizier's (completed trials only) nor Optuna's `MedianPruner`
+  (the median of the others' values at the step itself)."""
 
   def should_continue(self, report: Report, history: Sequence[Report]) -> bool:
-    others: dict[str, list[float]] = {}
-    at_rung: set[str] = set()
-    own = [report.reward]
-    for r in history:
-      if r.rung > report.rung:
+    import numpy as np  # pylint: disable=g-import-not-at-top
+    results: dict[str, list[Report]] = {}  # trial -> its reports, trials in order of first
+    for r in [*history, report]:
+      results.setdefault(r.trial_id, []).append(r)
+    means = []
+    for trial_id, reported in results.items():
+      if trial_id == report.trial_id or reported[-1].step < report.step:
         continue
-      if r.trial_id == report.trial_id:
-        own.append(r.reward)
-        continue
-      others.setdefault(r.trial_id, []).append(r.reward)
-      if r.rung == report.rung:
-        at_rung.add(r.trial_id)
-    averages = [statistics.fmean(others[t]) for t in others if t in at_rung]
-    if len(averages) < MEDIAN_MIN_SAMPLES:
+      mean = np.mean([r.reward for r in reported if r.step <= report.step])
+      if np.isfinite(mean):
+        means.append(mean)
+    if len(means) < MEDIAN_MIN_SAMPLES:
       return True
-    return max(own) >= statistics.median(averages)
+    best = max(r.reward for r in results[report.trial_id])
+    return bool(best >= np.median(means))  # Ray: stop iff max(median, best) != best
 
 
 @register_scheduler('asha')
 class Asha(Scheduler):
-  """Asynchronous successive halving (Li et al. 2018) as Ray Tune's ASHAScheduler decides: a
-  trial goes on iff its reward is at least the (1 - 1/eta) quantile (linear interpolation, as
-  numpy's percentile) of the rewards other trials reported at its rung before it; the first
-  at a rung goes on. So from the second report on, about the top 1/eta go on. (A rule that let
-  every trial go on until eta trials reported at a rung spent 0.63x the compute of no early
-  stopping on the digits bench, where this one is meant to spend about half.)"""
+  """Asynchronous successive halving (Li et al. 2018) as Ray Tune's `AsyncHyperBandScheduler`
+  (one bracket) decides: a trial is stopped iff its reward is below `np.nanpercentile` at
+  `(1 - 1/eta) * 100` of the rewards other trials reported at its rung before it (numpy's
+  linear interpolation, NaN rewards left out); the first at a rung goes on, ties go on, and so
+  does a NaN reward (`NaN < cutoff` is false). So from the second report on, about the top
+  1/eta go on. (A rule that let every trial go on until eta trials reported at a rung spent
+  0.63x the compute of no early stopping on the digits bench, where this one is meant to spend
+  about half.)"""
 
   def should_continue(self, report: Report, history: Sequence[Report]) -> bool:
-    others = [r.reward for r in history
-              if r.rung == report.rung and r.trial_id != report.trial_id]
-    if not others:
+    import numpy as np  # pylint: disable=g-import-not-at-top
+    recorded: dict[str, float] = {}  # Ray's rung record: a trial's first reward there
+    for r in history:
+      if r.rung == report.rung:
+        recorded.setdefault(r.trial_id, r.reward)
+    if report.trial_id in recorded:  # decided already (Ray: goes on)
       return True
-    return report.reward >= _quantile(others, 1.0 - 1.0 / self.settings.reduction_factor)
-
-
-def _quantile(values: Sequence[float], q: float) -> float:
-  ordered = sorted(values)
-  pos = q * (len(ordered) - 1)
-  lo = int(pos)
-  hi = min(lo + 1, len(ordered) - 1)
-  return ordered[lo] + (ordered[hi] - ordered[lo]) * (pos - lo)
+    if not recorded:
+      return True
+    with warnings.catch_warnings():  # all NaN: the cutoff is NaN and the trial goes on
+      warnings.simplefilter('ignore', RuntimeWarning)
+      cutoff = np.nanpercentile(list(recorded.values()),
+                                (1 - 1 / self.settings.reduction_factor) * 100)
+    return not report.reward < cutoff
 
 
 # --------------------------------------------------------------------------- the journal
@@ -276,24 +282,43 @@ def replayed_decisions(scheduler: Scheduler, events: Sequence[Mapping[str, Any]]
 def compute_spent(events: Iterable[Mapping[str, Any]], train_steps: int | None = None
                   ) -> dict[str, dict[str, float | None]]:
   """{trial_id: {"steps", "wall_s"}}: the training steps and attempt wall seconds each trial
-  spent, summed over its recorded attempts (rung reports and its final `completed`; a
-  `stopped` trial's last attempt is its last rung report). A search without early stopping
-  journals no steps: its completed trials count `train_steps` each (None if not given).
-  An attempt that was interrupted or lost is not counted (its work is redone from the last
-  checkpoint)."""
+  spent, over all its attempts. A recorded attempt (a rung report, or `completed`; a `stopped`
+  trial's last attempt is its last rung report) trained from the checkpoint step it resumed
+  from to its step. An interrupted or lost attempt trained up to the checkpoint it left: the
+  step its `interrupted` / `lost` event names, or, where the event names none, the step the
+  next attempt resumed from past the last one recorded; those steps count too (what it trained
+  past its last checkpoint is not known, and is trained again). A search without early stopping
+  journals no steps: a completed trial counts `train_steps` from where its checkpoint was (None
+  if `train_steps` is not given). Wall seconds are the recorded attempts' only."""
   out: dict[str, dict[str, float | None]] = {}
+  at: dict[str, int | None] = {}  # trial -> the step its checkpoint is at, as journaled
+
+  def add(trial_id: str, steps: int | None) -> dict[str, float | None]:
+    spent = out.setdefault(trial_id, {'steps': 0, 'wall_s': 0.0})
+    spent['steps'] = None if spent['steps'] is None or steps is None else spent['steps'] + steps
+    return spent
+
   for e in events:
-    if e.get('event') not in (RUNG, 'completed'):
+    kind, trial_id = e.get('event'), str(e.get('trial_id'))
+    done = at.get(trial_id, 0)
+    if kind in ('interrupted', 'lost'):  # no outcome; `step`: the checkpoint it left
+      step = e.get('step')
+      if isinstance(step, int) and isinstance(done, int) and step > done:
+        add(trial_id, step - done)
+        at[trial_id] = step
+      continue
+    if kind not in (RUNG, 'completed'):
       continue
     metrics = e.get('metrics') or {}
-    spent = out.setdefault(str(e['trial_id']), {'steps': 0, 'wall_s': 0.0})
     step, start = metrics.get('step'), metrics.get('resumed_from')
     if not (isinstance(step, int) and isinstance(start, int)):
-      step, start = train_steps, 0
-    if spent['steps'] is not None and step is not None:
-      spent['steps'] += step - start
+      step, start = train_steps, done
+    if step is None or start is None:
+      spent = add(trial_id, None)
     else:
-      spent['steps'] = None
+      unrecorded = max(0, start - done) if isinstance(done, int) else 0
+      spent = add(trial_id, unrecorded + step - start)
+    at[trial_id] = step
     if isinstance(metrics.get('wall_s'), (int, float)):
       spent['wall_s'] += metrics['wall_s']
   return out

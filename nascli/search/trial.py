@@ -6,7 +6,9 @@ nascli.search.trial SPEC.json`); either way outside the driver, so a trial that 
 of memory or hangs cannot take the search down, and each can be pinned to one GPU with
 CUDA_VISIBLE_DEVICES. The outcome is in the trial directory:
 `model_analysis.json` and `job_status.json` (completed / failed / failed_with_nan /
-interrupted: the driver passed on a Ctrl-C or SIGTERM, and the trial runs again on resume).
+interrupted: the driver passed on a Ctrl-C or SIGTERM, and the trial runs again on resume; or
+nascli_error: nascli's own code around the trial raised, which is not the trial's failure, and
+the driver stops the search).
 
 With early stopping (`TrialSpec.rung`, nascli/search/scheduler.py) an attempt trains only to its
 rung's step, resuming from the trial's checkpoint, and reports there: model_analysis.json with
@@ -15,6 +17,7 @@ Latency, params and FLOPs are measured at the first rung and carried on (the dri
 journal's values): they do not change with training, and the reward needs the latency.
 """
 
+import contextlib
 import dataclasses
 import json
 import os
@@ -32,12 +35,11 @@ from nascli import storage
 from nascli.errors import NascliError
 from nascli.run_spec import Architecture, TrialSettings, from_dict
 
-# job_status.json of an attempt that reported a rung (tf_vision.train_lib.PAUSED), and of a
-# trial the scheduler then stopped (written by the driver).
-PAUSED = "paused"
-STOPPED = "stopped"
-# Tests only: the trial with this id kills its own process (os.abort) as it starts.
-ABORT_HOOK = "NASCLI_TEST_ABORT_TRIAL"
+ANALYSIS = "model_analysis.json"
+# job_status.json of an attempt that nascli's own code around the trial broke (a bug, or the
+# disk): not the trial's failure. The driver stops the search (`check_attempt`); the trial runs
+# again when it resumes.
+NASCLI_ERROR = "nascli_error"
 _CHECKPOINT_PATH = re.compile(r'^model_checkpoint_path:\s*"[^"]*?(\d+)"\s*$', re.M)
 
 
@@ -130,24 +132,34 @@ def timing_breakdown(spec: TrialSpec, ready: float, phases: dict[str, float],
   return {k: None if v is None else round(v, 3) for k, v in timing.items()}
 
 
-def run(spec: TrialSpec, ready: float | None = None) -> dict:
-  """Runs the trial; returns model_analysis (raises on failure, after recording it).
+class TrialFailure(Exception):
+  """The trial's own work failed: its architecture, config, training, evaluation, export or
+  measurement (the error is its `__cause__`). The trial is `failed` and the search goes on;
+  any other error in an attempt is nascli's own (see `attempt`)."""
 
-  Lean: latency is timed on the trained model's serving function in memory (the graph the
-  SavedModel would serve) and params/FLOPs are read off that model; the SavedModel itself is
-  exported only with `export_every_trial` (the search exports its best trials at the end).
-  """
+
+@contextlib.contextmanager
+def _trials_own_work():
+  """What raises in here is charged to the trial (TrialFailure): Model Garden, TensorFlow, the
+  user's YAML and search space, out-of-memory, a NaN loss, an unmeasurable model."""
+  try:
+    yield
+  except Exception as e:  # pylint: disable=broad-except
+    raise TrialFailure(" ".join(f"{type(e).__name__}: {e}".split())[:500]) from e
+
+
+def _train_and_measure(spec: TrialSpec) -> dict[str, Any]:
+  """The trial's own work: trains its architecture (to its rung's step), evaluates it, exports
+  it if asked, times it and counts it, and computes its reward. Returns what the analysis
+  reports, with the phases' seconds."""
   # pylint: disable=g-import-not-at-top
-  from nascli import training
   from nascli.search import reward
   from tf_vision import job_status
+  binding = spec.space().require_binding()
+  from nascli import training  # TensorFlow and Model Garden
   from tf_vision import model_analysis
   from tf_vision.serving import export_lib, latency
-  binding = spec.space().require_binding()
   settings = spec.trial
-  ready = time.time() if ready is None else ready
-  os.makedirs(spec.trial_dir, exist_ok=True)
-  _write_json(os.path.join(spec.trial_dir, "nas_params_str.json"), spec.nas_params)
   phases, clock = {}, time.monotonic()
 
   def lap(name: str) -> None:
@@ -156,6 +168,7 @@ def run(spec: TrialSpec, ready: float | None = None) -> dict:
     phases[name] = now - clock
     clock = now
 
+  clock = time.monotonic()
   result = training.train(spec.train_args())
   lap("train")
   final = result.get("status", job_status.COMPLETED) == job_status.COMPLETED
@@ -165,7 +178,7 @@ def run(spec: TrialSpec, ready: float | None = None) -> dict:
   accuracy = metrics[binding.metric]
   params, model = result.pop("params"), result.pop("model")
   if settings.export_every_trial and final:
-    import tensorflow as tf  # pylint: disable=g-import-not-at-top
+    import tensorflow as tf
     export_lib.export(params, tf.train.latest_checkpoint(spec.trial_dir),
                       os.path.join(spec.trial_dir, "export"), input_type="image_tensor",
                       overwrite=True)
@@ -184,30 +197,54 @@ def run(spec: TrialSpec, ready: float | None = None) -> dict:
     lap("latency")
     num_params, flops = model_analysis.model_size(model, list(params.task.model.input_size))
     lap("analysis")
+  return {"result": result, "final": final, "phases": phases, "metric": binding.metric,
+          "metrics": metrics, "accuracy": accuracy, "latency_ms": latency_ms,
+          "latency_report": latency_report, "params": num_params, "flops": flops,
+          "reward": reward.compute(accuracy, latency_ms, settings.target_device_latency_ms,
+                                   settings.latency_constraint, settings.latency_weight)}
+
+
+def run(spec: TrialSpec, ready: float | None = None) -> dict:
+  """Runs the trial; returns model_analysis (raises on failure, after recording it): a
+  TrialFailure when the trial's own work failed, any other error when nascli's code around it
+  did.
+
+  Lean: latency is timed on the trained model's serving function in memory (the graph the
+  SavedModel would serve) and params/FLOPs are read off that model; the SavedModel itself is
+  exported only with `export_every_trial` (the search exports its best trials at the end).
+  """
+  from tf_vision import job_status  # pylint: disable=g-import-not-at-top
+  ready = time.time() if ready is None else ready
+  os.makedirs(spec.trial_dir, exist_ok=True)
+  with contextlib.suppress(FileNotFoundError):  # an earlier rung's report is not this attempt's
+    os.remove(os.path.join(spec.trial_dir, ANALYSIS))
+  _write_json(os.path.join(spec.trial_dir, "nas_params_str.json"), spec.nas_params)
+  with _trials_own_work():
+    done = _train_and_measure(spec)
+  result = done["result"]
   analysis = {
       "trial_id": spec.trial_id,
-      "accuracy": accuracy,
-      "accuracy_metric": binding.metric,
-      "latency_ms": latency_ms,
-      "reward": reward.compute(accuracy, latency_ms, settings.target_device_latency_ms,
-                               settings.latency_constraint, settings.latency_weight),
-      "params": num_params,
-      "flops": flops,
-      "eval_metrics": metrics,
-      "latency": latency_report,
+      "accuracy": done["accuracy"],
+      "accuracy_metric": done["metric"],
+      "latency_ms": done["latency_ms"],
+      "reward": done["reward"],
+      "params": done["params"],
+      "flops": done["flops"],
+      "eval_metrics": done["metrics"],
+      "latency": done["latency_report"],
       "step": result["step"],
       "seconds": result["wall_seconds"],
-      "timing": timing_breakdown(spec, ready, phases, result),
+      "timing": timing_breakdown(spec, ready, done["phases"], result),
   }
   rung = {}
   if spec.rung:
-    rung = {"rung": spec.rung.rung, "final": final, "resumed_from": result["resumed_from"],
-            "train_steps": result["train_steps"]}
+    rung = {"rung": spec.rung.rung, "final": done["final"],
+            "resumed_from": result["resumed_from"], "train_steps": result["train_steps"]}
     analysis.update(rung)
-  _write_json(os.path.join(spec.trial_dir, "model_analysis.json"), analysis)
-  job_status.write(spec.trial_dir, job_status.COMPLETED if final else PAUSED,
-                   step=result["step"], reward=analysis["reward"], accuracy=accuracy,
-                   latency_ms=latency_ms, **rung)
+  _write_json(os.path.join(spec.trial_dir, ANALYSIS), analysis)
+  job_status.write(spec.trial_dir, job_status.COMPLETED if done["final"] else job_status.PAUSED,
+                   step=result["step"], reward=analysis["reward"], accuracy=done["accuracy"],
+                   latency_ms=done["latency_ms"], **rung)
   return analysis
 
 
@@ -222,12 +259,25 @@ def checkpoint_step(trial_dir: str) -> int | None:
   return int(match.group(1)) if match else None
 
 
+def _analysis_of(trial_dir: str, status: dict[str, Any]) -> bool:
+  """model_analysis.json is there and reports the attempt `status` describes (the same step
+  and rung): the analysis an earlier rung left is not this attempt's outcome."""
+  try:
+    with open(os.path.join(trial_dir, ANALYSIS), encoding="utf-8") as f:
+      analysis = json.load(f)
+  except (OSError, ValueError):
+    return False
+  return (isinstance(analysis, dict) and analysis.get("step") == status.get("step")
+          and analysis.get("rung") == status.get("rung"))
+
+
 def completed(trial_dir: str) -> bool:
   """The trial in `trial_dir` ran to its end: job_status.json says so and its analysis is
-  written (training alone writes `completed` before the export and the latency)."""
+  written, for that step (training alone writes `completed` before the export and the latency,
+  when an earlier rung's analysis may still be there)."""
   from tf_vision import job_status  # pylint: disable=g-import-not-at-top
-  return ((job_status.read(trial_dir) or {}).get("status") == job_status.COMPLETED
-          and os.path.exists(os.path.join(trial_dir, "model_analysis.json")))
+  status = job_status.read(trial_dir) or {}
+  return status.get("status") == job_status.COMPLETED and _analysis_of(trial_dir, status)
 
 
 def reported(trial_dir: str) -> bool:
@@ -235,8 +285,8 @@ def reported(trial_dir: str) -> bool:
   its rung's report (training alone writes `paused` before the latency and the analysis)."""
   from tf_vision import job_status  # pylint: disable=g-import-not-at-top
   status = job_status.read(trial_dir) or {}
-  return completed(trial_dir) or (status.get("status") == PAUSED and "rung" in status and
-                                  os.path.exists(os.path.join(trial_dir, "model_analysis.json")))
+  return completed(trial_dir) or (status.get("status") == job_status.PAUSED and "rung" in status
+                                  and _analysis_of(trial_dir, status))
 
 
 def mark_interrupted(trial_dir: str, signum: int) -> bool:
@@ -258,7 +308,7 @@ def mark_stopped(trial_dir: str, reason: str) -> None:
   from tf_vision import job_status  # pylint: disable=g-import-not-at-top
   status = {k: v for k, v in (job_status.read(trial_dir) or {}).items()
             if k not in ("status", "time", "final", "reason")}
-  job_status.write(trial_dir, STOPPED, **status, reason=reason)
+  job_status.write(trial_dir, job_status.STOPPED, **status, reason=reason)
 
 
 def write_spec(spec_path: str, spec: TrialSpec) -> None:
@@ -270,20 +320,62 @@ def read_spec(spec_path: str) -> TrialSpec:
     return from_dict(TrialSpec, json.load(f), what=spec_path)
 
 
+class NascliBug(RuntimeError):
+  """nascli's own code around a trial raised in the trial's process: a bug in nascli, not the
+  architecture's failure. The search stops with one line; the trial's traceback is a note,
+  printed with NASCLI_DEBUG=1."""
+
+
+def check_attempt(trial_id: str, status: dict[str, Any]) -> None:
+  """Raises when the attempt's job_status.json says nascli's own code around the trial broke
+  (NASCLI_ERROR): the driver stops the search instead of charging the trial a failure.
+
+  Raises:
+    NascliBug: a bug in nascli (the trial's traceback attached as a note).
+    NascliError: the environment (a file that could not be written, a full disk).
+  """
+  if status.get("status") != NASCLI_ERROR:
+    return
+  reason, again = status.get("reason") or "unknown error", (
+      f"trial {trial_id} runs again when the search resumes")
+  if not status.get("bug"):
+    raise NascliError(f"trial {trial_id}: {reason} (not the trial's failure: the search stops;"
+                      f" {again})")
+  error = NascliBug(f"trial {trial_id}: {reason}, in nascli's own code around the trial: a bug"
+                    f" in nascli, not the architecture's failure (the search stops; {again})")
+  if status.get("traceback"):
+    error.add_note(f"trial {trial_id}'s traceback:\n{status['traceback'].rstrip()}")
+  raise error
+
+
+def _nascli_error(spec: TrialSpec, error: Exception) -> int:
+  """Records that nascli's own code around the trial raised `error` (NASCLI_ERROR, for the
+  driver's check_attempt), with one line in the trial's log (and the traceback with
+  NASCLI_DEBUG=1); the attempt's exit code."""
+  from tf_vision import job_status  # pylint: disable=g-import-not-at-top
+  bug = not isinstance(error, (NascliError, OSError))
+  reason = " ".join(f"{type(error).__name__}: {error}".split())[:500]
+  if runtime.debug():
+    traceback.print_exc()
+  job_status.write(spec.trial_dir, NASCLI_ERROR, reason=reason, bug=bug,
+                   traceback=traceback.format_exc()[-8000:])
+  print(f"Error: {'a bug in nascli around the trial, ' if bug else ''}{reason}",
+        file=sys.stderr, flush=True)
+  return 1
+
+
 def attempt(spec_path: str) -> int:
   """Runs one attempt of the trial in `spec_path` in this process (a fresh trial process or a
-  warm worker); returns its exit code. The outcome goes to the trial dir, not only the log.
+  warm worker); returns its exit code. The outcome goes to the trial dir, not only the log:
+  `failed` (or `failed_with_nan`) when the trial's own work failed, NASCLI_ERROR when nascli's
+  code around it did (the search stops: no architecture is charged with nascli's bug).
 
   The driver passes a Ctrl-C or SIGTERM on to the trial (interrupts.handled raises it as
   Interrupted): the trial records `interrupted` and returns 130 / 143 with one line in its log.
   """
-  # pylint: disable=g-import-not-at-top
-  from tf_vision import job_status
-  from tf_vision.train_lib import NonFiniteLossError
+  from tf_vision import job_status  # pylint: disable=g-import-not-at-top
   ready = time.time()
   spec = read_spec(spec_path)
-  if os.environ.get(ABORT_HOOK) == spec.trial_id:
-    os.abort()  # tests: a trial whose process dies under it (as a segfault or OOM kill would)
   try:
     run(spec, ready)
     return 0
@@ -295,20 +387,24 @@ def attempt(spec_path: str) -> int:
         "the search runs it again when it resumes").message()
     print(line, file=sys.stderr, flush=True)
     return interrupts.exit_code(e)
-  except NonFiniteLossError as e:
-    job_status.write(spec.trial_dir, job_status.FAILED_WITH_NAN, reason=str(e))
-    print(f"Error: {e}", file=sys.stderr, flush=True)
-    return 1
-  except Exception as e:  # pylint: disable=broad-except
+  except TrialFailure as failure:
     # Any failure of one architecture (including out-of-memory) ends this trial, not the search.
-    reason = " ".join(f"{type(e).__name__}: {e}".split())[:500]
     if runtime.debug():
       traceback.print_exc()
+    # A NaN loss is raised by tf_vision.train_lib, so only once it is loaded (not importing it
+    # here spares a trial that failed before training TensorFlow's import).
+    train_lib = sys.modules.get("tf_vision.train_lib")
+    if train_lib and isinstance(failure.__cause__, train_lib.NonFiniteLossError):
+      job_status.write(spec.trial_dir, job_status.FAILED_WITH_NAN, reason=str(failure.__cause__))
+      print(f"Error: {failure.__cause__}", file=sys.stderr, flush=True)
+      return 1
     status = job_status.read(spec.trial_dir) or {}
     if status.get("status") != job_status.FAILED_WITH_NAN:
-      job_status.write(spec.trial_dir, job_status.FAILED, reason=reason)
-    print(f"Error: {reason}", file=sys.stderr, flush=True)
+      job_status.write(spec.trial_dir, job_status.FAILED, reason=str(failure))
+    print(f"Error: {failure}", file=sys.stderr, flush=True)
     return 1
+  except Exception as e:  # pylint: disable=broad-except
+    return _nascli_error(spec, e)
 
 
 def main(argv: list[str]) -> int:
