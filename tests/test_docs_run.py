@@ -127,8 +127,14 @@ def test_a_failing_command_and_a_wrong_quote_are_reported(tmp_path):
   assert again == problems and sum(" reused " in line for line in ws.log) == 2
 
 
+# Pages that need no other page and run in about a minute; the rest (22 minutes in all) are the
+# slow tier: `pytest -m slow`.
+_DEFAULT_TIER = ("docs/commands/convert-data.md", "docs/commands/build.md")
+
+
 @pytest.mark.timeout(_RUN_TIMEOUT_S)
-@pytest.mark.parametrize("page", PAGES)
+@pytest.mark.parametrize("page", [p if p in _DEFAULT_TIER else pytest.param(p, marks=pytest.mark.slow)
+                                  for p in PAGES])
 def test_page_runs_as_documented(page, docs_workspace):
   problems = docs_blocks.run_page(docs_workspace, page)
   log = "\n".join(line for line in docs_workspace.log if line.startswith(page))

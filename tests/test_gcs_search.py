@@ -397,6 +397,10 @@ def test_unsupported_job_dir_scheme_is_one_line(cli):
       "Error: s3://bucket/job: a search job dir is a local folder or a gs://BUCKET/PREFIX URL\n")
 
 
+# Slow tier: Ray trials on GCS. The default tier checks the upload itself
+# (test_publish_uploads_the_marker_last_and_drops_stale_objects) and Ray trials
+# (tests/test_search_ray.py).
+@pytest.mark.slow
 def test_ray_trials_run_on_their_node_and_upload_their_own_folders(searched, cache, tmp_path):
   """`nascli search` with a gs:// job dir: each Ray task carries its spec and config files,
   runs the trial in a temporary folder of its node and uploads the folder itself, so a cluster

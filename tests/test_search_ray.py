@@ -219,6 +219,9 @@ def test_a_killed_worker_fails_its_trial_and_a_killed_actor_loses_its_attempt(
   assert not _workers_in(job) and not _processes_with(ray_dir)
 
 
+# Slow tier: a lost attempt retried on Ray is checked in the default tier with actors
+# (test_a_killed_worker_fails_its_trial_and_a_killed_actor_loses_its_attempt).
+@pytest.mark.slow
 def test_a_killed_ray_worker_has_its_trial_retried(cache, tmp_path, ray_dir):
   """--trial_isolation process: a Ray task per attempt; SIGKILL to the Ray worker running the
   task loses the attempt, and the trial runs again to completion."""
@@ -251,7 +254,10 @@ def test_a_killed_ray_worker_has_its_trial_retried(cache, tmp_path, ray_dir):
   assert not _processes_with(spec)
 
 
-@pytest.mark.parametrize("isolation,recorded", [("worker", "SIGTERM"), ("process", "SIGINT")])
+@pytest.mark.parametrize("isolation,recorded", [
+    # Slow tier: an actor passing SIGTERM on to its worker is the warm workers' own rule,
+    # checked in the default tier by tests/test_search_local.py's SIGTERM test.
+    pytest.param("worker", "SIGTERM", marks=pytest.mark.slow), ("process", "SIGINT")])
 def test_sigterm_stops_the_ray_trials_which_record_it(cache, tmp_path, ray_dir, isolation,
                                                       recorded):
   """SIGTERM to the driver: each actor passes it on to its worker (a task passes SIGINT on to

@@ -976,6 +976,9 @@ _MIRRORED_SCRIPT = textwrap.dedent("""
 """)
 
 
+# Slow tier: the default tier checks THOR's distributed statistics through the launcher
+# (tests/test_launchers.py) and its update against the closed form here.
+@pytest.mark.slow
 def test_two_replicas_match_one(tmp_path):
   out = tmp_path / "result.json"
   env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", CUDA_VISIBLE_DEVICES="",

@@ -56,6 +56,9 @@ def _analysis(job_dir: Path, trial_id: str) -> dict:
   return json.loads((job_dir / trial_id / "model_analysis.json").read_text())
 
 
+# Slow tier: a worker trial's outputs and timing are checked in the default tier by
+# tests/test_search_local.py's searches.
+@pytest.mark.slow
 def test_a_warm_worker_trains_as_a_fresh_process_and_leaves_no_temp_files(tmp_path):
   """One architecture trained with --seed as a warm worker's 1st and 5th trial (three others
   between) and in a fresh trial process: the same accuracy and loss, to the last bit. Neither
@@ -114,6 +117,9 @@ trial.attempt = _aborting
 """
 
 
+# Slow tier: the rule (a worker that dies under an accepted trial fails it; the next trial
+# gets a fresh worker) is checked with real workers in tests/test_executor_failures.py.
+@pytest.mark.slow
 def test_a_trial_that_kills_its_process_is_recorded_and_the_next_runs_in_a_fresh_worker(
     cache, tmp_path):
   job = tmp_path / "job"

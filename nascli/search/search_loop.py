@@ -115,6 +115,13 @@ class SearchArgs:
     return data
 
 
+def _checkpointed(trial_dir: str) -> dict[str, int]:
+  """{"step": S} of the attempt's latest checkpoint where one is here: the work an interrupted or
+  lost attempt leaves for the next one (scheduler.compute_spent counts it)."""
+  step = trial_lib.checkpoint_step(trial_dir)
+  return {} if step is None else {"step": step}
+
+
 @dataclasses.dataclass
 class _Running:
   trial_id: str
@@ -237,7 +244,8 @@ class SearchLoop:
     """Journals how the attempt ended; True when the trial must run again (attempt lost, or
     promoted to its next rung)."""
     if outcome.lost is not None:
-      attempt = {"attempt": state.attempts.get(run.trial_id, 1), "reason": outcome.lost[:500]}
+      attempt = {"attempt": state.attempts.get(run.trial_id, 1), "reason": outcome.lost[:500],
+                 **_checkpointed(os.path.join(self.work_dir, run.trial_id))}
       lost = state.losses.get(run.trial_id, 0) + 1
       if lost <= self.args.max_trial_retries:
         self._append({"event": "lost", "trial_id": run.trial_id, **attempt})
@@ -573,7 +581,7 @@ class SearchLoop:
       if run.journaled and status == journal_lib.RUNNING:
         self._append({"event": "interrupted", "trial_id": run.trial_id,
                       "attempt": state.attempts.get(run.trial_id, 1),
-                      "signal": signal.Signals(signum).name})
+                      "signal": signal.Signals(signum).name, **_checkpointed(trial_dir)})
         stopped.append(run.trial_id)
     self._running.clear()
     if state.settings is not None and state.proposals:
