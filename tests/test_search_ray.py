@@ -320,10 +320,15 @@ def test_bad_runtime_env_is_one_line(cli, tmp_path):
   assert len(stderr.strip().splitlines()) == 1
 
 
-def test_no_cluster_at_auto_is_one_line_with_a_hint(cli, tmp_path, monkeypatch):
+def test_no_cluster_at_auto_is_one_line_with_a_hint(tmp_path, monkeypatch):
+  """`auto` finds the cluster this machine belongs to from Ray's temp dir (RAY_TMPDIR): an empty
+  one here, whatever other Ray instances run on the machine, and in a process of its own, so a
+  cluster it did find could not take the test's process with it."""
   monkeypatch.delenv("RAY_ADDRESS", raising=False)
-  code, _, stderr = cli("search", "--ray_address", "auto", "--local_output_dir",
-                        tmp_path / "job")
+  (tmp_path / "no_ray").mkdir()
+  proc = nascli_subprocess("search", "--ray_address", "auto", "--local_output_dir",
+                           tmp_path / "job", env={"RAY_TMPDIR": str(tmp_path / "no_ray")})
+  code, stderr = proc.returncode, proc.stderr
   assert code == 1 and len(stderr.strip().splitlines()) == 1, stderr
   assert stderr.startswith("Error: --ray_address auto: cannot connect to Ray")
   assert "--ray_address local" in stderr
