@@ -17,22 +17,6 @@ import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 
 
-# Test files that start Ray run on one pytest-xdist worker, one after the other: two local Ray
-# instances at once would contend for the two cores and their processes for the checks that
-# count them.
-_RAY_FILES = ("test_search_ray.py", "test_gcs_search.py", "test_docs_run.py")
-
-
-@pytest.hookimpl(tryfirst=True)
-def pytest_collection_modifyitems(config, items):
-  """Each test file is one xdist group (--dist loadgroup): its module fixtures (a converted data
-  set, a finished search) are built once, on the worker that runs the file."""
-  del config
-  for item in items:
-    name = item.path.name
-    item.add_marker(pytest.mark.xdist_group("ray" if name in _RAY_FILES else name))
-
-
 def read_examples(pattern: str | Path) -> list[dict]:
   """Every record of the shards matching `pattern`, in shard then record order, as plain dicts."""
   import tensorflow as tf  # pylint: disable=g-import-not-at-top

@@ -118,8 +118,8 @@ def _wait_for(predicate, driver, what, timeout=600):
 TRAINING_2 = re.compile(r"^progress: 1/2 trials done; running 2 \(step (\d+), loss [0-9.e+-]+\);"
                         r" best reward [0-9.]+ \(trial 1\); elapsed \S+, ETA \S+$", re.M)
 # Trials long enough that one cannot end between the progress line that shows trial 2 training
-# and the Ctrl-C the test sends on seeing it (10 steps a loop and a checkpoint: 190 steps left).
-LONG = "trainer.train_steps=200,trainer.steps_per_loop=10,trainer.checkpoint_interval=10"
+# and the Ctrl-C the test sends on seeing it (10 steps a loop and a checkpoint: 90 steps left).
+LONG = "trainer.train_steps=100,trainer.steps_per_loop=10,trainer.checkpoint_interval=10"
 
 
 def test_ctrl_c_stops_the_search_cleanly_and_the_same_command_resumes(cache, tmp_path):
@@ -148,7 +148,7 @@ def test_ctrl_c_stops_the_search_cleanly_and_the_same_command_resumes(cache, tmp
     if driver.poll() is None:
       os.killpg(driver.pid, signal.SIGKILL)
   status = json.loads((job / "2" / "job_status.json").read_text())
-  assert status["status"] == "interrupted" and 10 <= status["step"] < 200, status  # at the next step
+  assert status["status"] == "interrupted" and 10 <= status["step"] < 100, status  # at the next step
   step = status["step"]
   stderr = log.read_text()
   assert stderr.strip().splitlines()[-1] == (
@@ -312,13 +312,22 @@ def _controller_proposals(algorithm, seed, count=3):
 
 
 @pytest.mark.parametrize("algorithm", ["tpe", "regularized_evolution"])
-def test_same_seed_proposes_the_same_architectures(cache, tmp_path, algorithm):
+def test_same_seed_proposes_the_same_architectures(cli, cache, tmp_path, monkeypatch, algorithm):
   """--seed reaches the driver's controller: its proposals are those of a controller with that
-  seed (per-seed determinism of the controllers themselves: test_search_controller.py)."""
-  first = _proposals_of(cache, tmp_path / "a", 11, algorithm)
+  seed (per-seed determinism of the controllers themselves: test_search_controller.py). The
+  job it leaves, run again with another seed, is refused in one line and left untouched."""
+  job = tmp_path / "a"
+  first = _proposals_of(cache, job, 11, algorithm)
   assert first == _controller_proposals(algorithm, 11)
   assert len({tuple(d) for d in first}) == 3
   assert _controller_proposals(algorithm, 12) != first
+  monkeypatch.setenv("NASCLI_CACHE_DIR", cache)
+  code, _, stderr = cli("search_in_local", "--local_output_dir", job, "--seed", "12",
+                        "--search_algorithm", algorithm, "--max_nas_trial", "3",
+                        "--max_parallel_nas_trial", "3")
+  assert code == 1 and len(stderr.strip().splitlines()) == 1, stderr
+  assert "seed 11 -> 12" in stderr and "--overwrite" in stderr, stderr
+  assert [e["dna"] for e in _events(job) if e["event"] == "proposed"] == first  # untouched
 
 
 @pytest.mark.parametrize("args,culprit,exit_code", [
@@ -389,11 +398,3 @@ def test_the_config_check_gives_the_trials_budget_early_stopping_must_fit(cache,
   search_loop.check_budget(args, result["train_steps"])
 
 
-def test_job_dir_of_other_settings_is_refused(cli, cache, tmp_path, monkeypatch):
-  job = tmp_path / "job"
-  first = _proposals_of(cache, job, 11, "tpe")  # the default algorithm
-  monkeypatch.setenv("NASCLI_CACHE_DIR", cache)
-  code, _, stderr = cli("search_in_local", "--local_output_dir", job, "--seed", "12",
-                        "--max_nas_trial", "3", "--max_parallel_nas_trial", "3")
-  assert code == 1 and "seed" in stderr and "--overwrite" in stderr, stderr
-  assert [e["dna"] for e in _events(job) if e["event"] == "proposed"] == first  # untouched

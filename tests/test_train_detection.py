@@ -3,10 +3,16 @@
 import json
 import math
 
+import pytest
+
 from nascli.data.convert import ShardingOptions, convert
 from nascli.data.source import ConvertOptions
 
 
+# Slow tier: the default tier runs Model Garden's RetinaNet pipeline on the shards
+# (tests/test_shapes_source.py), exports RetinaNet (tests/test_export_lib.py) and builds searched
+# SpineNets (tests/test_tunable_backbones.py).
+@pytest.mark.slow
 def test_retinanet_on_shapes_trains_and_evaluates_with_coco_metrics(cli, tmp_path):
   data = tmp_path / "shapes"
   convert("shapes", data, ConvertOptions(num_samples=32, validation_size=8, progress=False),

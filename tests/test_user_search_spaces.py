@@ -183,6 +183,9 @@ def cache(tmp_path_factory):
   return str(tmp_path_factory.mktemp("nascli_cache"))
 
 
+# Slow tier: the default tier loads, checks and samples user spaces here and runs searches
+# and stage 2 on the prebuilt ones (tests/test_search_local.py, tests/test_stage2.py).
+@pytest.mark.slow
 def test_two_trial_search_on_a_user_space_then_stage_2(cache, tmp_path):
   """A real search of the registered tiny space on the embedded digits (its binding's data and
   YAML), 10 steps a trial, then stage 2 of trial 1 from the job dir. ~1.5-2 min on 2 cores

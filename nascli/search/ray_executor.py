@@ -38,6 +38,7 @@ import dataclasses
 import json
 import os
 import signal
+import socket
 import subprocess
 import tempfile
 import threading
@@ -263,6 +264,21 @@ class _Attempt:
 _RAY_EXECUTORS: dict[str, type["RayExecutor"]] = {}
 
 
+def _check_answers(address: str) -> None:
+  """A HOST:PORT where nothing listens is refused in one line within seconds: ray.init would
+  try for a minute and print its own C++ log lines. (`auto` and ray:// are Ray's to resolve.)"""
+  host, sep, port = address.rpartition(":")
+  if not sep or not port.isdigit() or "://" in address:
+    return
+  try:
+    socket.create_connection((host.strip("[]"), int(port)), timeout=5).close()
+  except OSError as e:
+    raise NascliError(
+        f"--ray_address {address}: cannot connect to Ray: nothing answers there"
+        f" ({e.strerror or e}); start a cluster with `ray start --head` (it prints the address"
+        f" to give), or use --ray_address local for a private instance") from None
+
+
 def register_ray_executor(isolation: str):
   """Registers the Ray executor class of a --trial_isolation value."""
   def register(cls):
@@ -302,6 +318,7 @@ class RayExecutor(executors.Executor):
       if local_temp_dir:
         init["_temp_dir"] = os.path.abspath(local_temp_dir)
     else:
+      _check_answers(address)
       init["address"] = address
     # ray.init makes SIGTERM a plain sys.exit: nascli's handler (an Interrupted that stops the
     # trials and says how to resume, nascli.interrupts) is put back.
