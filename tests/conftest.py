@@ -17,21 +17,6 @@ import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 
 
-# The longest test files (minutes of end-to-end searches and trainings), longest first: pytest-
-# xdist hands out whole files in collection order (--dist loadfile), so these go first and the
-# short files fill in beside them, instead of one worker running the long tail alone at the end.
-_LONGEST_FIRST = ("test_search_ray.py", "test_search_local.py", "test_gcs_search.py",
-                  "test_train_run.py", "test_train_distributed.py", "test_thor_optimizer.py",
-                  "test_train_interrupt.py", "test_early_stopping.py", "test_launchers.py",
-                  "test_thor_train.py", "test_runtime.py", "test_stage2.py", "test_warm_workers.py")
-
-
-def pytest_collection_modifyitems(config, items):
-  del config
-  rank = {name: i for i, name in enumerate(_LONGEST_FIRST)}
-  items.sort(key=lambda item: rank.get(item.path.name, len(rank)))  # stable: files keep order
-
-
 def read_examples(pattern: str | Path) -> list[dict]:
   """Every record of the shards matching `pattern`, in shard then record order, as plain dicts."""
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
