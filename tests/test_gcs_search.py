@@ -36,10 +36,12 @@ def cache(tmp_path_factory):
 PROCESS = ("--trial_isolation", "process")
 
 
-def _search_args(job, *extra, seed=7):
+def _search_args(job, *extra, seed=7, export=False):
+  """export: the end-of-search export to gs:// (the `searched` job has it; the others need
+  none, and each export costs a TensorFlow process and seconds per trial)."""
   return ["search_in_local", "--prebuilt_search_space", "mnasnet", "--local_output_dir", str(job),
           "--seed", str(seed), "--target_device_latency_ms", "2", "--params_override", SHORT,
-          *extra]
+          *([] if export else ["--export_top_k", "0"]), *extra]
 
 
 def _entries(job):
@@ -73,10 +75,11 @@ def searched(gcs_emulator, cache, tmp_path_factory):
   """One 2-trial search into gs://, and a local 1-trial search of the same settings to compare."""
   job = f"gs://{gcs_emulator.bucket}/search-{os.urandom(4).hex()}/job"
   env = {"NASCLI_CACHE_DIR": cache}
-  proc = nascli_subprocess(*_search_args(job, "--max_nas_trial", "2", "--json"), env=env)
+  proc = nascli_subprocess(*_search_args(job, "--max_nas_trial", "2", "--json", export=True),
+                           env=env)
   assert proc.returncode == 0, proc.stderr[-3000:]
   local = tmp_path_factory.mktemp("local") / "job"
-  ref = nascli_subprocess(*_search_args(local, "--max_nas_trial", "1"), env=env)
+  ref = nascli_subprocess(*_search_args(local, "--max_nas_trial", "1", export=True), env=env)
   assert ref.returncode == 0, ref.stderr[-3000:]
   return job, json.loads(proc.stdout), local
 
@@ -158,7 +161,7 @@ def test_job_of_other_settings_is_refused_and_untouched(searched, cli, cache, mo
   job, _, _ = searched
   before = _generations(job)
   monkeypatch.setenv("NASCLI_CACHE_DIR", cache)
-  code, stdout, stderr = cli(*_search_args(job, "--max_nas_trial", "2", seed=8))
+  code, stdout, stderr = cli(*_search_args(job, "--max_nas_trial", "2", seed=8, export=True))
   lines = stderr.strip().splitlines()
   assert code == 1 and len(lines) == 1 and stdout == "", stderr
   assert "other settings" in lines[0] and "seed 7 -> 8" in lines[0] and "--overwrite" in lines[0]
@@ -413,7 +416,7 @@ def test_ray_trials_run_on_their_node_and_upload_their_own_folders(searched, cac
     proc = nascli_subprocess(
         "search", "--ray_address", "local", "--ray_num_cpus", "2", "--ray_temp_dir", ray_dir,
         *_search_args(job, "--max_nas_trial", "2", "--max_parallel_nas_trial", "2",
-                      "--json")[1:], env={"NASCLI_CACHE_DIR": cache})
+                      "--json", export=True)[1:], env={"NASCLI_CACHE_DIR": cache})
   finally:
     shutil.rmtree(ray_dir, ignore_errors=True)
   assert proc.returncode == 0, proc.stderr[-3000:]

@@ -130,7 +130,7 @@ def test_ctrl_c_stops_the_search_cleanly_and_the_same_command_resumes(cache, tmp
   job = tmp_path / "job"
   args = [sys.executable, "-m", "nascli", "search_in_local", "--prebuilt_search_space",
           "mnasnet", "--local_output_dir", str(job), "--seed", "3", "--max_nas_trial", "2",
-          "--params_override", LONG]
+          "--params_override", LONG, "--export_top_k", "0"]  # exports: the 3-trial test
   env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", NASCLI_CACHE_DIR=cache,
              NASCLI_PROGRESS_SECONDS="1")
   log = tmp_path / "stderr.log"
@@ -311,16 +311,18 @@ def _controller_proposals(algorithm, seed, count=3):
   return dnas
 
 
-@pytest.mark.parametrize("algorithm", ["tpe", "regularized_evolution"])
-def test_same_seed_proposes_the_same_architectures(cli, cache, tmp_path, monkeypatch, algorithm):
-  """--seed reaches the driver's controller: its proposals are those of a controller with that
-  seed (per-seed determinism of the controllers themselves: test_search_controller.py). The
-  job it leaves, run again with another seed, is refused in one line and left untouched."""
+def test_same_seed_proposes_the_same_architectures(cli, cache, tmp_path, monkeypatch):
+  """--seed and --search_algorithm reach the driver's controller: its proposals are those of a
+  controller of that algorithm and seed (not the default tpe, so the flag is seen to count;
+  per-seed determinism of every controller: test_search_controller.py). The job it leaves, run
+  again with another seed, is refused in one line and left untouched."""
+  algorithm = "regularized_evolution"
   job = tmp_path / "a"
   first = _proposals_of(cache, job, 11, algorithm)
   assert first == _controller_proposals(algorithm, 11)
   assert len({tuple(d) for d in first}) == 3
   assert _controller_proposals(algorithm, 12) != first
+  assert _controller_proposals("tpe", 11) != first  # the default would have proposed others
   monkeypatch.setenv("NASCLI_CACHE_DIR", cache)
   code, _, stderr = cli("search_in_local", "--local_output_dir", job, "--seed", "12",
                         "--search_algorithm", algorithm, "--max_nas_trial", "3",

@@ -1,5 +1,7 @@
 """`nascli train` and `nascli eval` on real data: learning, files, NaN stop, kill and resume."""
 
+import contextlib
+import io
 import json
 import os
 import signal
@@ -28,10 +30,21 @@ def _log_steps(model_dir, steps_per_epoch):
   return steps
 
 
-def test_classifier_learns_digits_and_eval_reports_the_same(cli, digits32, tmp_path):
-  model_dir = tmp_path / "run"
-  code, out, err = cli("train", "--dataset_dir", digits32, "--model_dir", model_dir, "--json")
-  assert code == 0, err
+@pytest.fixture(scope="module")
+def trained(digits32, tmp_path_factory):
+  """`nascli train` on the digits with the recipe's defaults (300 steps), once for the module:
+  (model dir, stdout, stderr)."""
+  from nascli import app  # pylint: disable=g-import-not-at-top
+  model_dir = tmp_path_factory.mktemp("trained") / "run"
+  out, err = io.StringIO(), io.StringIO()
+  with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+    code = app.main(["train", "--dataset_dir", digits32, "--model_dir", str(model_dir), "--json"])
+  assert code == 0, err.getvalue()[-2000:]
+  return model_dir, out.getvalue(), err.getvalue()
+
+
+def test_classifier_learns_digits_and_eval_reports_the_same(cli, trained):
+  model_dir, out, err = trained
   result = json.loads(out)  # stdout holds only the result
   assert result["step"] == 300 and result["status"] == "completed"
   accuracy = result["eval_metrics"]["accuracy"]
@@ -100,21 +113,18 @@ def test_killed_run_resumes_to_the_same_end_without_repeated_steps(digits32, tmp
   assert _log_steps(model_dir, 1438 // 32) == list(range(10, 241, 10))
 
 
-def test_exported_saved_model_gives_the_eval_accuracy(cli, digits32, tmp_path):
-  """Train briefly, export through the CLI, and score the SavedModel on the validation set."""
+def test_exported_saved_model_gives_the_eval_accuracy(cli, digits32, trained):
+  """Export the trained run through the CLI, and score the SavedModel on the validation set."""
   import numpy as np  # pylint: disable=g-import-not-at-top
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
   from conftest import decode_image, read_examples  # pylint: disable=g-import-not-at-top
-  model_dir = tmp_path / "run"
-  code, out, err = cli("train", "--dataset_dir", digits32, "--model_dir", model_dir, "--json",
-                       "--params_override", "trainer.train_steps=150")
-  assert code == 0, err
+  model_dir, out, _ = trained
   accuracy = json.loads(out)["eval_metrics"]["accuracy"]
   code, out, err = cli("export", "--model_dir", model_dir, "--input_type", "image_bytes",
                        "--measure_latency", "--latency_runs", "5", "--json")
   assert code == 0, err
   result = json.loads(out)
-  assert result["checkpoint"].endswith("ckpt-150")
+  assert result["checkpoint"].endswith("ckpt-300")
   batches = result["latency"]["batch"]
   assert set(batches) == {"1", "8"} and all(b["median_ms"] > 0 for b in batches.values())
   assert (model_dir / "export" / "image_bytes" / "params.yaml").exists()
