@@ -268,9 +268,14 @@ def test_compute_spent_counts_the_checkpointed_work_of_interrupted_and_lost_atte
       _rung('3', 0, 10, 0.3), promoted('3'),
       {'event': 'interrupted', 'trial_id': '3', 'attempt': 2, 'step': 15}, completed('3', 15),
       # Trial 4: its checkpoint gone, trained again from 0: 10 + 30.
-      _rung('4', 0, 10, 0.3), promoted('4'), completed('4', 0)]
+      _rung('4', 0, 10, 0.3), promoted('4'), completed('4', 0),
+      # Trial 5: its last retry lost after a checkpoint at 25, one `failed` event: 10 + 15.
+      _rung('5', 0, 10, 0.3), promoted('5'),
+      {'event': 'failed', 'trial_id': '5', 'status': 'failed', 'reason': 'lost',
+       'lost': {'attempt': 2, 'reason': 'worker died', 'step': 25}}]
   spent = scheduler_lib.compute_spent(events)
-  assert {t: s['steps'] for t, s in spent.items()} == {'1': 30, '2': 20, '3': 30, '4': 40}
+  assert {t: s['steps'] for t, s in spent.items()} == {'1': 30, '2': 20, '3': 30, '4': 40,
+                                                       '5': 25}
   assert spent['2']['wall_s'] == 3.0  # the rung's attempt only: an interrupted one has none
   # Without early stopping: the completed attempt trained from its trial's checkpoint.
   plain = [{'event': 'interrupted', 'trial_id': '1', 'attempt': 1, 'step': 10},

@@ -8,7 +8,8 @@ chosen points and watch the driver's side (warm_workers.Attempt) replace them.
 A toy trial spec is JSON `{"toy": "complete" | "hang" | "die"}`; the trial first writes
 `ran.json` (`{"pid": the worker's pid}`) in its folder, then: `complete` writes a completed
 job_status.json and answers 0; `hang` sleeps until it is killed; `die` SIGKILLs its own worker
-(a death after the worker accepted the trial). With TOY_WORKER_DIES_AT_START=1 in its
+(a death after the worker accepted the trial). An "export" request writes `exported.json`
+(`{"pid": ..., "trial_dirs": [...]}`) in each of its trial folders. With TOY_WORKER_DIES_AT_START=1 in its
 environment a worker kills itself before it is ready (before it could accept anything).
 """
 
@@ -34,6 +35,15 @@ def _toy_trial(request):
   while action == "hang":
     time.sleep(0.1)
   job_status.write(trial_dir, job_status.COMPLETED)
+  return 0
+
+
+@worker.handler("export")
+def _toy_export(request):
+  """Writes `exported.json` (`{"pid": ..., "trial_dirs": [...]}`) in each trial folder."""
+  for trial_dir in request["trial_dirs"]:
+    with open(os.path.join(trial_dir, "exported.json"), "w", encoding="utf-8") as f:
+      json.dump({"pid": os.getpid(), "trial_dirs": request["trial_dirs"]}, f)
   return 0
 
 

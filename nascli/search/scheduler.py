@@ -301,8 +301,10 @@ def compute_spent(events: Iterable[Mapping[str, Any]], train_steps: int | None =
   for e in events:
     kind, trial_id = e.get('event'), str(e.get('trial_id'))
     done = at.get(trial_id, 0)
-    if kind in ('interrupted', 'lost'):  # no outcome; `step`: the checkpoint it left
-      step = e.get('step')
+    lost = e.get('lost') if kind == 'failed' else None  # a last loss, journaled with the failure
+    if kind in ('interrupted', 'lost') or isinstance(lost, Mapping):
+      # No outcome; `step`: the checkpoint the attempt left.
+      step = (lost if isinstance(lost, Mapping) else e).get('step')
       if isinstance(step, int) and isinstance(done, int) and step > done:
         add(trial_id, step - done)
         at[trial_id] = step

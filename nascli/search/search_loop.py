@@ -445,20 +445,30 @@ class SearchLoop:
     stderr.print(f"exporting the SavedModel of the best trial(s): {', '.join(best)}",
                  highlight=False)
     log = os.path.join(self.work_dir, warm_workers.WORKER_LOGS, "export.log")
-    worker = (warm_workers.take_idle_worker(self.executor)
-              or warm_workers.Worker(None, os.getcwd(), log, max_requests=1))
+    trial_dirs = [storage.join(a.job_dir, t) for t in best]
+    worker = warm_workers.take_idle_worker(self.executor)
     try:
-      request = worker.submit("export", log,
-                              trial_dirs=[storage.join(a.job_dir, t) for t in best])
+      request = None
+      if worker is not None:
+        try:
+          request = worker.submit("export", log, trial_dirs=trial_dirs)
+        except OSError:  # it exited after `usable()`: a fresh worker takes the exports
+          worker.close()
+      if request is None:
+        worker = warm_workers.Worker(None, os.getcwd(), log, max_requests=1)
+        request = worker.submit("export", log, trial_dirs=trial_dirs)
       while (code := worker.result(request)) is None and worker.exit_code() is None:
         time.sleep(0.2)
       code = worker.result(request) if code is None else code
     except KeyboardInterrupt as e:
-      worker.signal(interrupts.signal_of(e))
-      worker.close(executors.INTERRUPT_GRACE_S)
+      if worker is not None:
+        worker.signal(interrupts.signal_of(e))
+        worker.close(executors.INTERRUPT_GRACE_S)
       raise interrupts.Interrupted.of(
           e, f"exporting the best trials of {a.job_dir} (the search itself is done)",
           "run the same command again to finish the exports") from None
+    except OSError:  # the fresh worker exited before it took the request
+      code = worker.exit_code() or 1
     worker.close()
     if code != 0:
       stderr.print(f"warning: exporting did not finish for every trial (code {code}); see"
