@@ -16,7 +16,7 @@ import pytest
 
 from conftest import nascli_subprocess
 from nascli import containers
-from nascli.commands.search import _runtime_env
+from nascli.commands.ray_flags import runtime_env as _runtime_env
 from nascli.search import executors
 
 REPO = Path(__file__).resolve().parents[1]

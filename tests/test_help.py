@@ -14,8 +14,8 @@ from nascli.app import app
 from nascli.commands import examples, fastnn_options
 
 COMMANDS = ("convert-data", "train", "eval", "export", "search_in_local", "search",
-            "list_trials", "build")
-HIDDEN_ALIASES = ("convert_data", "search-in-local", "list-trials")
+            "list_trials", "select_proxy_task_models", "build")
+HIDDEN_ALIASES = ("convert_data", "search-in-local", "list-trials", "select-proxy-task-models")
 
 
 def _root():

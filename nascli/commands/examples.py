@@ -67,6 +67,15 @@ EXAMPLES: dict[str, tuple[tuple[str, str], ...]] = {
          "nascli search --ray_address auto --num_gpus_per_trial 1 --local_output_dir"
          " /shared/runs/search"),
     ),
+    "select_proxy_task_models": (
+        ("Reference models for proxy-task design: 30 random architectures trained with the"
+         " reference recipe, 10 kept:",
+         "nascli select_proxy_task_models --prebuilt_search_space=mnasnet --params_override"
+         " trainer.train_steps=1500 --local_output_dir runs/proxy_models"),
+        ("A small study: 8 models trained, 4 kept, on a private Ray instance:",
+         "nascli select_proxy_task_models --max_nas_trial 8 --final_num_models 4"
+         " --num_models_to_remove_per_iter 2 --ray_address local"),
+    ),
     "list_trials": (
         ("The trials of a search, best reward first:",
          "nascli list_trials nascli_output/search_mnasnet"),

@@ -1,0 +1,129 @@
+"""`nascli select_proxy_task_models`: Vertex AI NAS's reference models for proxy-task design.
+
+Trains --max_nas_trial random architectures (Vertex: 30) with the reference recipe (the
+training you ultimately care about: --config_file / --params_override / --search_docker_flags,
+as a search takes them), then keeps --final_num_models (10) whose scores spread from the worst
+to the best, removing --num_models_to_remove_per_iter (5) per cut. A rank correlation between
+a proxy task and the reference means something only on such a spread set.
+"""
+
+import contextlib
+import json
+import sys
+from typing import Annotated, Optional
+
+import typer
+from rich.table import Table
+
+from nascli import console
+from nascli.commands import ray_flags as r
+from nascli.commands import search_flags as f
+from nascli.commands.options import flag
+from nascli.errors import NascliError
+
+# nascli.proxy.selection's defaults (Vertex's constants), spelled out so that the CLI loads no
+# numpy; tests/test_select_proxy_task_models.py asserts that they agree.
+START_NUM_MODELS, FINAL_NUM_MODELS, NUM_MODELS_TO_REMOVE_PER_ITER = 30, 10, 5
+
+FinalNumModels = Annotated[int, typer.Option(
+    *flag("final_num_models"), help="Models kept (Vertex: 10).")]
+RemovePerIter = Annotated[int, typer.Option(
+    *flag("num_models_to_remove_per_iter"), help="Models removed per cut (Vertex: 5).")]
+AccuracyMetric = Annotated[Optional[str], typer.Option(
+    *flag("accuracy_metric_id"), help="The metric the models are selected on (default: the"
+    " search space's, accuracy or AP).")]
+LatencyMetric = Annotated[str, typer.Option(
+    *flag("latency_metric_id"), help="Also spread the models' latency (latency_ms), or none.")]
+PreviousDir = Annotated[Optional[str], typer.Option(
+    *flag("previous_model_selection_dir"), help="Resume this model-selection job (Vertex's"
+    " flag; the same as running the same command again with its --local_output_dir).")]
+
+
+def select_proxy_task_models(
+    prebuilt_search_space: f.Space = "mnasnet",
+    search_space_module: f.SpaceModule = None,
+    seed: f.Seed = 0,
+    max_nas_trial: Annotated[int, typer.Option(
+        *flag("max_nas_trial"), help="Random architectures trained with the reference recipe"
+        " (Vertex: 30).")] = START_NUM_MODELS,
+    final_num_models: FinalNumModels = FINAL_NUM_MODELS,
+    num_models_to_remove_per_iter: RemovePerIter = NUM_MODELS_TO_REMOVE_PER_ITER,
+    accuracy_metric_id: AccuracyMetric = None,
+    latency_metric_id: LatencyMetric = "latency_ms",
+    max_parallel_nas_trial: f.MaxParallel = 1,
+    local_output_dir: f.OutputDir = None,
+    previous_model_selection_dir: PreviousDir = None,
+    search_docker_flags: f.DockerFlags = None,
+    experiment: f.Experiment = None,
+    config_file: f.ConfigFiles = None,
+    params_override: f.Override = None,
+    training_data_path: f.TrainPath = None,
+    validation_data_path: f.ValidationPath = None,
+    dataset_dir: f.DatasetDir = None,
+    overwrite: f.Overwrite = False,
+    trial_isolation: f.TrialIsolation = "worker",
+    max_trials_per_worker: f.MaxTrialsPerWorker = 10,
+    trial_timeout: f.TrialTimeout = None,
+    ray_address: r.RayAddress = None,
+    num_cpus_per_trial: r.CpusPerTrial = 1.0,
+    num_gpus_per_trial: r.GpusPerTrial = 0.0,
+    max_trial_retries: r.MaxTrialRetries = 2,
+    runtime_env: r.RuntimeEnv = None,
+    container_image: r.ContainerImage = None,
+    ray_num_cpus: r.RayNumCpus = None,
+    ray_temp_dir: r.RayTempDir = None,
+    as_json: f.AsJson = False,
+) -> None:
+  """Train random architectures with the reference recipe and keep a set whose scores spread
+  evenly: the models search_proxy_task correlates proxies against. Journaled and resumable as
+  a search; on Ray with --ray_address."""
+  # pylint: disable=g-import-not-at-top
+  from nascli.proxy import model_selection_main as main
+  from nascli.proxy import selection
+  if previous_model_selection_dir:
+    if local_output_dir and local_output_dir != previous_model_selection_dir:
+      raise NascliError("--previous_model_selection_dir and --local_output_dir name different"
+                        " jobs; give one")
+    local_output_dir = previous_model_selection_dir
+  rules = selection.SelectionRules(start_num_models=max_nas_trial,
+                                   final_num_models=final_num_models,
+                                   num_models_to_remove_per_iter=num_models_to_remove_per_iter)
+  settings = main.SelectionSettings(rules, accuracy_metric_id, latency_metric_id)
+  # The search's shared flags: proposals at random, no reward to optimize, nothing exported; it
+  # stops where the selection would refuse its failures.
+  values = dict(locals(), search_algorithm=main.SEARCH_ALGORITHM,
+                max_failed_nas_trial=rules.allowed_failures, target_device_latency_ms=None,
+                latency_constraint="soft", latency_weight=0.07, population_size=None,
+                tournament_size=None, export_top_k=0, export_every_trial=False, objectives=None,
+                early_stopping="none", min_steps=None, reduction_factor=None)
+  f.check(values)  # before Ray, pyglove and TensorFlow are imported
+  if not local_output_dir:  # its own default, never a search's
+    values["local_output_dir"] = main.default_job_dir(f.default_job_dir(values))
+    print(f"job dir: {values['local_output_dir']} (the default for these settings;"
+          " --local_output_dir to choose)", file=sys.stderr, flush=True)
+  env = r.check(values) if ray_address else None
+  with f.interrupt_described(values):
+    args = f.from_flags(values, max_trial_retries=max_trial_retries)
+    executor = r.executor(values, env) if ray_address else None
+    with contextlib.redirect_stdout(sys.stderr) if ray_address else contextlib.nullcontext():
+      result = main.run(args, search_docker_flags, settings, executor)
+  _print(result, as_json)
+
+
+def _print(result: dict, as_json: bool) -> None:
+  if as_json:
+    print(json.dumps(result, indent=2))
+    return
+  table = Table(title=f"{result['job_dir']}: {len(result['models'])} reference models"
+                f" ({result['accuracy_metric']})")
+  for column in ("trial", result["accuracy_metric"] or "accuracy", "latency ms", "nas_params"):
+    table.add_column(column)
+  for m in sorted(result["models"], key=lambda m: -m["accuracy"]):
+    latency = "-" if m["latency_ms"] is None else f"{m['latency_ms']:.3f}"
+    table.add_row(m["trial_id"], f"{m['accuracy']:.4f}", latency,
+                  f"{len(m['nas_params'])} decisions")
+  console.stdout().print(table)
+  removed = [t for it in result["iterations"] for t in it["removed"]]
+  failed = [t for it in result["iterations"] for t in it["failed"]]
+  print(f"removed: {', '.join(removed) or 'none'}; failed: {', '.join(failed) or 'none'};"
+        f" written to {result['job_dir']}/proxy_task_models.json", file=sys.stderr)
