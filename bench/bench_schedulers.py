@@ -1,0 +1,862 @@
+"""Early-stopping schedulers on recorded validation curves: a tabular benchmark (issue 26).
+
+    python bench/bench_schedulers.py --synthetic [--synthetic_seed 0] [--synthetic_archs 81]
+        [--crossing 1.0]
+    python bench/bench_schedulers.py --curves CURVES.json
+    python bench/bench_schedulers.py --from_job JOB_DIR[,JOB_DIR...] [--metric TAG]
+        [--save_curves CURVES.json]
+    (all: [--seeds 20] [--workers 2] [--budget STEPS] [--horizon 3] [--min_steps N]
+          [--reduction_factor 3] [--schedulers none,median,...] [--reference asha]
+          [--out bench/results/schedulers.json])
+
+`--seeds` is a count (0..N-1), a range `A-B` or a list `1,5,9`. numpy and scipy; Ray Tune and
+Optuna for their schedulers (`ray[default]` is in the ray and test extras, Optuna a dependency
+of nascli); no TensorFlow except for `--from_job`, which reads TensorFlow event files.
+
+The curves. JSON `{"task": str, "steps": [s1, ..., sn], "curves": {arch_key: [reward at each
+step]}, "seconds_per_step": float (optional)}`: every architecture's validation reward
+(accuracy) at the same increasing steps, trained once for the whole budget sn. A trial's reward
+at step s is its curve linearly interpolated between the recorded steps (NaN where a recorded
+value is NaN). `--from_job` builds this file from nascli search job dirs: each trial folder (a
+folder named by digits) with a `model_analysis.json` whose `accuracy_metric` (or `--metric`)
+names the scalar to read from the TensorFlow event files in its `validation/` folder (written
+by Model Garden's trainer and nascli's final evaluation; at a step written twice the later
+event wins); trials whose curve stops before the last step of the others (stopped early) are
+left out, and curves are put on the union of the recorded steps. `seconds_per_step` is the
+median of the trials' `timing.train_steps_s` per trained step. `--synthetic` generates curves
+instead (`synthetic_curves`: seeded, saturating curves whose learning speeds differ, weakly
+anti-correlated with the final accuracy, so that curves cross and early rankings mislead;
+`--crossing 0` gives curves of one shape, ranked at every step as at the end).
+
+The simulation. `--workers` W workers, a discrete-event simulation in training steps (every
+architecture trains at the same speed; `seconds_per_step` goes into the JSON, to turn steps
+into training seconds). A new trial
+is the next architecture of the seed's arrival order: the sorted pool in a random permutation
+(numpy's default_rng(seed)), then another permutation when the pool is used up, the same order
+for every scheduler of a seed. A job trains one trial from its checkpoint to a rung's step and
+reports the curve's value there; its cost is the steps it trains (a paused or promoted trial
+resumes where it stopped: no step is trained twice, and no rebuild cost is counted). When a job
+ends the scheduler decides: the trial goes on to its next rung in the same worker, or the
+worker is free and asks the scheduler for its next job. Events at the same moment are handled
+in the order their jobs started. Every scheduler runs until `--horizon` times the budget is
+spent (all workers are busy all the time, so the compute spent by a moment is the steps all
+workers trained by then, jobs in flight counted for their part; a job still running at the end
+is cut there).
+
+The ladder, one for all. Rungs as nascli's `scheduler.rung_steps(--min_steps,
+--reduction_factor, last step)`: min_steps * eta**k below the last step, then the last step
+(default min_steps: ceil(last / eta**2), so rungs at 1/9, 1/3 and 1 of the budget). Each library
+is given the same ladder, the same eta, the first rung as its minimum (grace period) and the
+last step as its maximum, and every trial reports at every rung it reaches (and nowhere else):
+  none             nascli `--early_stopping none`: every trial trains to the last step in one job.
+  median, asha     nascli's stop rules (scheduler.py, through `make` and `should_continue`): at
+                   each rung below the last the trial is promoted (trains on in the same worker)
+                   or stopped, from the reports before it.
+  asha_promotions  nascli/search/promotion.py (Li et al. 2020, Algorithm 2): every job ends at
+                   its rung, the trial pauses there; a free worker runs `next_job`: the best
+                   unpromoted trial in the top 1/eta of the highest rung that has one resumes
+                   to the next rung, else a new trial starts.
+  ray_asha         Ray Tune `ASHAScheduler` (= AsyncHyperBandScheduler): time_attr = the step,
+                   grace_period = the first rung, max_t = the last step, reduction_factor = eta,
+                   brackets = 1, stop_last_trials: its milestones are the ladder's. Driven as
+                   Tune drives it: on_trial_add when a trial starts, on_trial_result at each
+                   rung (CONTINUE: next rung; STOP: on_trial_complete with that result, as
+                   TuneController.stop_trial does). Same rule as nascli's asha
+                   (tests/test_scheduler_oracle.py): the two rows must be equal.
+  ray_hyperband    Ray Tune `HyperBandScheduler` (synchronous HyperBand: a bracket halves when
+                   all its live trials reached its milestone; trials wait PAUSED, their worker
+                   free). time_attr = eta**k at rung k, max_t = eta**(rungs-1): its smallest
+                   bracket's r0 is 1 = the first rung and every milestone is a rung (with the
+                   step as time its brackets would start at max_t / eta**6, about 1 step, on a
+                   810-step budget). The simulator is its TuneController: a free worker takes
+                   `choose_trial_to_run()`, with one new trial always PENDING (added by
+                   on_trial_add as it is created: Tune's pending queue with a searcher,
+                   RAY_MAX_PENDING); PAUSE frees the worker; a stopped PAUSED trial gets
+                   on_trial_remove, a stopped RUNNING one on_trial_complete. (Without a pending
+                   trial a bracket whose live trials all reached the milestone halves before it
+                   is full.)
+  optuna_sh        Optuna `SuccessiveHalvingPruner(min_resource = first rung, reduction_factor =
+                   eta, min_early_stopping_rate = 0)`, through Optuna's study API: study.ask()
+                   when a trial starts, trial.report(reward, step) and trial.should_prune() at
+                   each rung below the last, study.tell(PRUNED) or, at the last step,
+                   study.tell(reward). Its rungs are min_resource * eta**k: the ladder's.
+  optuna_hyperband Optuna `HyperbandPruner(min_resource = first rung, max_resource = last step,
+                   reduction_factor = eta)`, the same way; its brackets are SH pruners with
+                   min_early_stopping_rate 0, 1, ... (a trial's bracket from a hash of the study
+                   name, here fixed per seed, and the trial number).
+
+What is measured, per scheduler and seed. A trial's reward counts once it is trained to the
+last step (a partial budget's reward is not a trained model): the best so far over compute.
+  (a) the compute until the best reward reaches the best `none` reaches within the whole
+      `--budget` (default 16 full trainings; its target per seed). Mean +- std over seeds
+      (std with ddof=1), a seed that never reaches it within the horizon counted at the horizon
+      (a lower bound: the cell says how many reached it); as ratios to none's budget and, per
+      seed, to the compute none itself needed to reach it (the trial that set it completes).
+  (b) the best reward at the budget (equal compute for all), mean +- std, and paired by seed
+      against `--reference` (default asha, nascli's early stopping today): mean difference +-
+      std, wins / ties / losses, Wilcoxon signed-rank p (two-sided; scipy).
+Printed as a Markdown table, written as JSON (`--out`) with every seed's numbers and the
+machine.
+"""
+
+import abc
+import argparse
+import dataclasses
+import heapq
+import json
+import math
+import os
+import statistics
+import sys
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+import numpy as np
+
+from nascli.search import promotion
+from nascli.search import scheduler as scheduler_lib
+
+ROOT = Path(__file__).resolve().parents[1]
+DEFAULT_BUDGET_TRAININGS = 16  # --budget default: this many full trainings
+DEFAULT_HORIZON = 3.0
+DEFAULT_REFERENCE = 'asha'
+# Tune's pending-trial queue with a searcher (TUNE_MAX_PENDING_TRIALS_PG "auto": 1 unless a
+# ConcurrencyLimiter says otherwise; 200 with its BasicVariantGenerator). A NAS controller is a
+# searcher; the brackets fill in the same order either way.
+RAY_MAX_PENDING = 1
+
+
+# ------------------------------------------------------------------------------- the curves
+
+
+@dataclasses.dataclass
+class Curves:
+  """Recorded validation curves: every architecture's reward at the same steps."""
+  task: str
+  steps: list[int]
+  curves: dict[str, list[float]]
+  seconds_per_step: float | None = None
+
+  def __post_init__(self):
+    if not self.steps or any(b <= a for a, b in zip(self.steps, self.steps[1:])):
+      raise ValueError(f'steps must be increasing, got {self.steps[:8]}')
+    if not self.curves:
+      raise ValueError('no curves')
+    for key, values in self.curves.items():
+      if len(values) != len(self.steps):
+        raise ValueError(f'curve {key!r} has {len(values)} values for {len(self.steps)} steps')
+
+  def reward(self, key: str, step: int) -> float:
+    """The curve's value at `step`, linearly interpolated between the recorded steps."""
+    return float(np.interp(step, self.steps, np.asarray(self.curves[key], dtype=float)))
+
+  def to_json(self) -> dict[str, Any]:
+    out = {'task': self.task, 'steps': self.steps, 'curves': self.curves}
+    if self.seconds_per_step is not None:
+      out['seconds_per_step'] = self.seconds_per_step
+    return out
+
+
+def load_curves(path: str) -> Curves:
+  """Reads a curves file; a bad one is a one-line SystemExit naming the file and the problem."""
+  try:
+    data = json.loads(Path(path).read_text())
+    return Curves(task=str(data['task']), steps=[int(s) for s in data['steps']],
+                  curves={str(k): [float(v) for v in vs] for k, vs in data['curves'].items()},
+                  seconds_per_step=data.get('seconds_per_step'))
+  except (OSError, ValueError, KeyError, TypeError) as e:
+    problem = f'missing key {e}' if isinstance(e, KeyError) else str(e).splitlines()[0]
+    raise SystemExit(f'error: --curves {path}: {problem}') from None
+
+
+def synthetic_curves(seed: int = 0, num_archs: int = 81, crossing: float = 1.0,
+                     last_step: int = 810, num_points: int = 27, chance: float = 0.1,
+                     noise: float = 0.004) -> Curves:
+  """Seeded learning curves with crossings. Architecture i reaches final accuracy a_i ~
+  U(0.6, 0.95) along chance + (a_i - chance) * (1 - exp(-k_i u)) / (1 - exp(-k_i)), u = step /
+  last_step, at a speed k_i = 12 * exp(crossing * (-0.1 z_i + 0.3 e_i)) (z_i: a_i standardized,
+  e_i ~ N(0, 1)): with crossing > 0 speeds differ and the fast starters tend to end lower, so
+  curves cross, plus evaluation noise N(0, (crossing * noise)**2) per point. With crossing = 1
+  (and the defaults) the Kendall tau of the rewards at 1/9 and 1/3 of the budget against the
+  last step's is about 0.44 and 0.87 (NAS-Bench-201's short trainings rank about as the first).
+  crossing = 0: one shape for all, no noise, so the ranking at every step is the final one."""
+  rng = np.random.default_rng(seed)
+  final = rng.uniform(0.6, 0.95, num_archs)
+  z = (final - final.mean()) / final.std()
+  speed = 12.0 * np.exp(crossing * (-0.1 * z + 0.3 * rng.standard_normal(num_archs)))
+  steps = [int(round(last_step * (i + 1) / num_points)) for i in range(num_points)]
+  u = np.asarray(steps, dtype=float) / last_step
+  shape = (1 - np.exp(-speed[:, None] * u)) / (1 - np.exp(-speed[:, None]))
+  values = chance + (final - chance)[:, None] * shape
+  values += crossing * noise * rng.standard_normal(values.shape)
+  values = np.clip(values, 0.0, 1.0)
+  width = len(str(num_archs - 1))
+  return Curves(task=f'synthetic(seed={seed}, crossing={crossing:g})', steps=steps,
+                curves={f'arch{i:0{width}d}': [round(float(v), 6) for v in row]
+                        for i, row in enumerate(values)})
+
+
+def _scalar(value: Any) -> float:
+  """A summary value's number: TF2 writes a tensor, TF1 a simple_value."""
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  if value.HasField('tensor'):
+    return float(tf.make_ndarray(value.tensor))
+  return float(value.simple_value)
+
+
+def read_validation_curve(validation_dir: Path, tag: str) -> dict[int, float]:
+  """{step: value} of `tag` in a summary dir's event files (the later event of a step wins)."""
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  tf.get_logger().setLevel('ERROR')  # summary_iterator's deprecation warning
+  seen: dict[int, tuple[float, float]] = {}  # step -> (wall time, value)
+  for path in sorted(validation_dir.glob('events.out.tfevents.*')):
+    for event in tf.compat.v1.train.summary_iterator(str(path)):
+      for value in event.summary.value:
+        if value.tag == tag:
+          step = int(event.step)
+          if step not in seen or event.wall_time >= seen[step][0]:
+            seen[step] = (event.wall_time, _scalar(value))
+  return {step: v for step, (_, v) in sorted(seen.items())}
+
+
+def curves_from_jobs(job_dirs: Sequence[str], metric: str | None = None) -> Curves:
+  """Curves of the trials of nascli search job dirs (see the module docstring)."""
+  raw: dict[str, dict[int, float]] = {}
+  per_step_s: list[float] = []
+  for job_dir in job_dirs:
+    job = Path(job_dir)
+    if not job.is_dir():
+      raise SystemExit(f'error: --from_job {job_dir}: not a directory')
+    trials = sorted((p for p in job.iterdir() if p.is_dir() and p.name.isdigit()),
+                    key=lambda p: int(p.name))
+    for trial in trials:
+      analysis_path = trial / 'model_analysis.json'
+      if not analysis_path.is_file() or not (trial / 'validation').is_dir():
+        continue
+      analysis = json.loads(analysis_path.read_text())
+      tag = metric or analysis.get('accuracy_metric') or 'accuracy'
+      curve = read_validation_curve(trial / 'validation', tag)
+      if curve:
+        raw[f'{job.name}/{trial.name}'] = curve
+      timing, step = analysis.get('timing') or {}, analysis.get('step')
+      trained = (step or 0) - (analysis.get('resumed_from') or 0)
+      if timing.get('train_steps_s') and trained > 0:
+        per_step_s.append(timing['train_steps_s'] / trained)
+  if not raw:
+    raise SystemExit(f'error: --from_job {",".join(job_dirs)}: no trial folder with'
+                     ' model_analysis.json and validation event files')
+  last = max(max(c) for c in raw.values())
+  complete = {k: c for k, c in raw.items() if max(c) == last}
+  if len(complete) < len(raw):
+    print(f'left out {len(raw) - len(complete)} trials whose curve ends before step {last}'
+          ' (stopped early)', file=sys.stderr)
+  steps = sorted({s for c in complete.values() for s in c})
+  curves = {k: [float(np.interp(s, list(c), list(c.values()))) for s in steps]
+            for k, c in complete.items()}
+  names = ','.join(Path(j).name for j in job_dirs)
+  return Curves(task=f'nascli jobs {names}', steps=steps, curves=curves,
+                seconds_per_step=statistics.median(per_step_s) if per_step_s else None)
+
+
+# ---------------------------------------------------------------------------- the simulator
+
+
+@dataclasses.dataclass(frozen=True)
+class Ladder:
+  """The rungs every scheduler gets: `scheduler.rung_steps`."""
+  steps: tuple[int, ...]
+  reduction_factor: int
+
+  @property
+  def last(self) -> int:
+    return len(self.steps) - 1
+
+  @classmethod
+  def of(cls, min_steps: int | None, reduction_factor: int, last_step: int) -> 'Ladder':
+    return cls(tuple(scheduler_lib.rung_steps(min_steps, reduction_factor, last_step)),
+               reduction_factor)
+
+
+@dataclasses.dataclass
+class Trial:
+  trial_id: str
+  arch: str
+  step: int = 0  # where its checkpoint is
+
+
+class Arrivals:
+  """A seed's arrival order: the sorted pool in random permutations, one after the other."""
+
+  def __init__(self, keys: Sequence[str], seed: int):
+    self._keys, self._rng, self._order = sorted(keys), np.random.default_rng(seed), []
+
+  def __getitem__(self, i: int) -> str:
+    while len(self._order) <= i:
+      self._order.extend(self._keys[j] for j in self._rng.permutation(len(self._keys)))
+    return self._order[i]
+
+
+class Policy(abc.ABC):
+  """A scheduler as the simulator drives it."""
+
+  def __init__(self, ladder: Ladder, new_trial: Callable[[], Trial], seed: int):
+    self.ladder, self.new_trial, self.seed = ladder, new_trial, seed
+
+  @abc.abstractmethod
+  def assign(self) -> tuple[Trial, int]:
+    """A worker is free: the trial it trains and the rung it trains to."""
+
+  @abc.abstractmethod
+  def report(self, trial: Trial, rung: int, reward: float) -> bool:
+    """`trial` reached `rung` with `reward`; True: the same worker trains it on to rung + 1."""
+
+
+POLICIES: dict[str, type[Policy]] = {}
+
+
+def register(name: str) -> Callable[[type[Policy]], type[Policy]]:
+  def add(cls: type[Policy]) -> type[Policy]:
+    if name in POLICIES:
+      raise KeyError(f'scheduler {name!r} is registered twice')
+    POLICIES[name] = cls
+    return cls
+  return add
+
+
+@register('none')
+class NoStopping(Policy):
+  """Every trial trains the whole budget in one job."""
+
+  def assign(self) -> tuple[Trial, int]:
+    return self.new_trial(), self.ladder.last
+
+  def report(self, trial: Trial, rung: int, reward: float) -> bool:
+    return False
+
+
+class NascliStopRule(Policy):
+  """nascli's scheduler.py rules: decide at each rung, from the reports before."""
+  name = ''
+
+  def __init__(self, *args):
+    super().__init__(*args)
+    self.rule = scheduler_lib.make(scheduler_lib.SchedulerSettings(
+        self.name, self.ladder.steps[0], self.ladder.reduction_factor))
+    self.history: list[scheduler_lib.Report] = []
+
+  def assign(self) -> tuple[Trial, int]:
+    return self.new_trial(), 0
+
+  def report(self, trial: Trial, rung: int, reward: float) -> bool:
+    if rung == self.ladder.last:
+      return False
+    report = scheduler_lib.Report(trial.trial_id, rung, self.ladder.steps[rung], reward,
+                                  len(self.history) + 1)
+    go_on = self.rule.should_continue(report, self.history)
+    self.history.append(report)
+    return go_on
+
+
+@register('median')
+class NascliMedian(NascliStopRule):
+  name = 'median'
+
+
+@register('asha')
+class NascliAsha(NascliStopRule):
+  name = 'asha'
+
+
+@register('asha_promotions')
+class AshaPromotions(Policy):
+  """nascli/search/promotion.py: every job ends at its rung; free workers ask `next_job`."""
+
+  def __init__(self, *args):
+    super().__init__(*args)
+    self.reports: list[scheduler_lib.Report] = []
+    self.promoted: set[tuple[str, int]] = set()
+    self.running: set[str] = set()
+    self.trials: dict[str, Trial] = {}
+
+  def assign(self) -> tuple[Trial, int]:
+    job = promotion.next_job(self.reports, self.promoted, self.running,
+                             self.ladder.reduction_factor, len(self.ladder.steps))
+    if job.action == promotion.PROMOTE:
+      trial = self.trials[job.trial_id]
+      self.promoted.add((job.trial_id, job.rung - 1))
+    else:
+      trial = self.new_trial()
+      self.trials[trial.trial_id] = trial
+    self.running.add(trial.trial_id)
+    return trial, job.rung
+
+  def report(self, trial: Trial, rung: int, reward: float) -> bool:
+    self.running.discard(trial.trial_id)
+    self.reports.append(scheduler_lib.Report(trial.trial_id, rung, self.ladder.steps[rung],
+                                             reward, len(self.reports) + 1))
+    return False
+
+
+class _RayTrial:
+  """What Ray Tune's schedulers read of a trial."""
+
+  def __init__(self, trial: Trial, status: str):
+    self.trial_id, self.trial, self.status = trial.trial_id, trial, status
+    self.is_saving, self.last_result = False, {}
+
+  def __repr__(self) -> str:
+    return f'Trial({self.trial_id}, {self.status})'
+
+
+class _TuneController:
+  """The TuneController calls Ray's schedulers make (stop_trial, as Tune's does it)."""
+
+  def __init__(self, scheduler: Any):
+    self.scheduler = scheduler
+
+  def stop_trial(self, trial: _RayTrial) -> None:
+    from ray.tune.experiment import Trial as T  # pylint: disable=g-import-not-at-top
+    if trial.status in (T.ERROR, T.TERMINATED):
+      return
+    if trial.status in (T.PENDING, T.PAUSED):
+      self.scheduler.on_trial_remove(self, trial)
+    elif trial.status == T.RUNNING:
+      self.scheduler.on_trial_complete(self, trial, trial.last_result)
+    trial.status = T.TERMINATED
+
+  def get_live_trials(self) -> list[_RayTrial]:
+    return []
+
+
+class RayPolicy(Policy):
+  """A Ray Tune TrialScheduler driven through on_trial_add / on_trial_result / stop_trial."""
+
+  def __init__(self, *args):
+    super().__init__(*args)
+    from ray.tune.experiment import Trial as T  # pylint: disable=g-import-not-at-top
+    from ray.tune.schedulers import TrialScheduler  # pylint: disable=g-import-not-at-top
+    self.T, self.actions = T, TrialScheduler
+    self.ray = self.make_scheduler()
+    self.controller = _TuneController(self.ray)
+    self.by_id: dict[str, _RayTrial] = {}
+
+  @abc.abstractmethod
+  def make_scheduler(self) -> Any:
+    """The Ray scheduler for the ladder."""
+
+  @abc.abstractmethod
+  def result(self, rung: int, reward: float) -> dict[str, float]:
+    """The result dict a trial reports at `rung`."""
+
+  def add(self) -> _RayTrial:
+    trial = self.new_trial()
+    ray_trial = self.by_id[trial.trial_id] = _RayTrial(trial, self.T.PENDING)
+    self.ray.on_trial_add(self.controller, ray_trial)
+    return ray_trial
+
+  def next_rung(self, trial: Trial) -> int:
+    rung = 0 if trial.step == 0 else self.ladder.steps.index(trial.step) + 1
+    if rung > self.ladder.last:
+      raise RuntimeError(f'{type(self.ray).__name__} resumed trial {trial.trial_id}, which is'
+                         ' complete')
+    return rung
+
+  def top_up(self) -> None:
+    """Tune keeps trials PENDING ahead of the free resources (`_maybe_update_trial_queue`)."""
+    while sum(t.status == self.T.PENDING for t in self.by_id.values()) < RAY_MAX_PENDING:
+      self.add()
+
+  def assign(self) -> tuple[Trial, int]:
+    self.top_up()
+    ray_trial = self.ray.choose_trial_to_run(self.controller)
+    if ray_trial is None:
+      raise RuntimeError(f'{type(self.ray).__name__} chose no trial with one pending')
+    ray_trial.status = self.T.RUNNING
+    self.top_up()
+    return ray_trial.trial, self.next_rung(ray_trial.trial)
+
+  def report(self, trial: Trial, rung: int, reward: float) -> bool:
+    ray_trial = self.by_id[trial.trial_id]
+    ray_trial.last_result = self.result(rung, reward)
+    action = self.ray.on_trial_result(self.controller, ray_trial, ray_trial.last_result)
+    if action == self.actions.CONTINUE and rung < self.ladder.last:
+      return True
+    if action == self.actions.PAUSE:
+      ray_trial.status = self.T.PAUSED
+    else:  # STOP, or the last rung reached
+      self.controller.stop_trial(ray_trial)
+    return False
+
+
+@register('ray_asha')
+class RayAsha(RayPolicy):
+  """Ray's ASHAScheduler: its milestones the ladder's rungs (time = the step)."""
+
+  def make_scheduler(self) -> Any:
+    from ray.tune.schedulers import ASHAScheduler  # pylint: disable=g-import-not-at-top
+    return ASHAScheduler(time_attr='step', metric='reward', mode='max',
+                         max_t=self.ladder.steps[-1], grace_period=self.ladder.steps[0],
+                         reduction_factor=self.ladder.reduction_factor, brackets=1,
+                         stop_last_trials=True)
+
+  def assign(self) -> tuple[Trial, int]:
+    return self.add().trial, 0  # ASHA runs FIFO: a new trial for every free worker
+
+  def result(self, rung: int, reward: float) -> dict[str, float]:
+    return {'step': self.ladder.steps[rung], 'reward': reward}
+
+
+@register('ray_hyperband')
+class RayHyperBand(RayPolicy):
+  """Ray's HyperBandScheduler: time = eta**rung, so its brackets' milestones are rungs."""
+
+  def make_scheduler(self) -> Any:
+    from ray.tune.schedulers import HyperBandScheduler  # pylint: disable=g-import-not-at-top
+    return HyperBandScheduler(time_attr='rung_time', metric='reward', mode='max',
+                              max_t=self.ladder.reduction_factor**self.ladder.last,
+                              reduction_factor=self.ladder.reduction_factor,
+                              stop_last_trials=True)
+
+  def result(self, rung: int, reward: float) -> dict[str, float]:
+    return {'rung_time': self.ladder.reduction_factor**rung, 'reward': reward,
+            'step': self.ladder.steps[rung]}
+
+
+class OptunaPolicy(Policy):
+  """An Optuna pruner through the study's ask / report / should_prune / tell."""
+
+  def __init__(self, *args):
+    super().__init__(*args)
+    import optuna  # pylint: disable=g-import-not-at-top
+    optuna.logging.set_verbosity(optuna.logging.ERROR)
+    self.optuna = optuna
+    self.study = optuna.create_study(
+        study_name=f'bench_schedulers_seed{self.seed}', direction='maximize',
+        pruner=self.make_pruner(), sampler=optuna.samplers.RandomSampler(seed=self.seed))
+    self.asked: dict[str, Any] = {}
+
+  @abc.abstractmethod
+  def make_pruner(self) -> Any:
+    """The pruner for the ladder."""
+
+  def assign(self) -> tuple[Trial, int]:
+    trial = self.new_trial()
+    self.asked[trial.trial_id] = self.study.ask()
+    return trial, 0
+
+  def report(self, trial: Trial, rung: int, reward: float) -> bool:
+    asked = self.asked[trial.trial_id]
+    if rung == self.ladder.last:
+      self.study.tell(asked, reward)  # a NaN: Optuna records the trial as failed
+      return False
+    asked.report(reward, self.ladder.steps[rung])
+    if asked.should_prune():
+      self.study.tell(asked, state=self.optuna.trial.TrialState.PRUNED)
+      return False
+    return True
+
+
+@register('optuna_sh')
+class OptunaSuccessiveHalving(OptunaPolicy):
+
+  def make_pruner(self) -> Any:
+    return self.optuna.pruners.SuccessiveHalvingPruner(
+        min_resource=self.ladder.steps[0], reduction_factor=self.ladder.reduction_factor,
+        min_early_stopping_rate=0, bootstrap_count=0)
+
+
+@register('optuna_hyperband')
+class OptunaHyperband(OptunaPolicy):
+
+  def make_pruner(self) -> Any:
+    return self.optuna.pruners.HyperbandPruner(
+        min_resource=self.ladder.steps[0], max_resource=self.ladder.steps[-1],
+        reduction_factor=self.ladder.reduction_factor, bootstrap_count=0)
+
+
+@dataclasses.dataclass
+class Run:
+  """One scheduler's simulated search on one seed."""
+  incumbent: list[tuple[float, float]]  # (compute, best full-budget reward so far), improving
+  started: list[float]  # the compute spent when each trial started
+  completed: list[float]  # ... when each trial completed the last rung
+  completed_trials: list[str]  # their ids, in that order
+  reports: int
+  spent: float
+
+  def trials_by(self, compute: float) -> tuple[int, int]:
+    """(started before, completed by) `compute`."""
+    return (sum(c < compute for c in self.started), sum(c <= compute for c in self.completed))
+
+  def best_at(self, compute: float) -> float | None:
+    best = None
+    for spent, reward in self.incumbent:
+      if spent > compute:
+        break
+      best = reward
+    return best
+
+  def compute_to(self, target: float) -> float | None:
+    return next((spent for spent, reward in self.incumbent if reward >= target), None)
+
+
+def simulate(name: str, curves: Curves, ladder: Ladder, seed: int, workers: int,
+             horizon: float) -> Run:
+  """Runs scheduler `name` on `workers` workers until `horizon` steps are spent."""
+  arrivals, trials = Arrivals(list(curves.curves), seed), []
+  rewards: dict[str, list[float]] = {}
+
+  def new_trial() -> Trial:
+    trials.append(Trial(str(len(trials) + 1), arrivals[len(trials)]))
+    return trials[-1]
+
+  def reward(trial: Trial, rung: int) -> float:
+    if trial.arch not in rewards:
+      rewards[trial.arch] = [curves.reward(trial.arch, s) for s in ladder.steps]
+    return rewards[trial.arch][rung]
+
+  policy = POLICIES[name](ladder, new_trial, seed)
+  events: list[tuple[float, int, Trial, int]] = []  # (end, job number, trial, rung)
+  started: dict[int, float] = {}  # job number -> start
+  jobs, done, begun = 0, 0.0, []
+
+  def spent_by(now: float) -> float:
+    return done + sum(min(now, e) - started[j] for e, j, _, _ in events)
+
+  def start(trial: Trial, rung: int, now: float) -> None:
+    nonlocal jobs
+    if trial.step == 0:
+      begun.append(spent_by(now))
+    cost = ladder.steps[rung] - trial.step
+    if cost <= 0:
+      raise RuntimeError(f'{name}: trial {trial.trial_id} at step {trial.step} sent to rung'
+                         f' {rung} (step {ladder.steps[rung]})')
+    jobs += 1
+    started[jobs] = now
+    heapq.heappush(events, (now + cost, jobs, trial, rung))
+
+  for _ in range(workers):
+    start(*policy.assign(), 0.0)
+  incumbent, completed, completed_trials, reports, best = [], [], [], 0, -math.inf
+  while events:
+    end, job, trial, rung = events[0]
+    spent = spent_by(end)
+    if spent > horizon:
+      break
+    heapq.heappop(events)
+    done += end - started.pop(job)
+    trial.step = ladder.steps[rung]
+    value = reward(trial, rung)
+    reports += 1
+    if rung == ladder.last:
+      completed.append(spent)
+      completed_trials.append(trial.trial_id)
+      if value > best:  # NaN never is
+        best = value
+        incumbent.append((spent, value))
+    if policy.report(trial, rung, value):
+      start(trial, rung + 1, end)
+    else:
+      start(*policy.assign(), end)
+  return Run(incumbent, begun, completed, completed_trials, reports,
+             min(horizon, done + sum(e - started[j] for e, j, _, _ in events)))
+
+
+# ------------------------------------------------------------------------------ the benchmark
+
+
+def _mean_std(values: Sequence[float]) -> tuple[float, float]:
+  values = list(values)
+  return (statistics.fmean(values), statistics.stdev(values) if len(values) > 1 else 0.0)
+
+
+def _wilcoxon(diffs: Sequence[float]) -> float | None:
+  if not any(diffs):
+    return None
+  from scipy import stats  # pylint: disable=g-import-not-at-top
+  return float(stats.wilcoxon(diffs).pvalue)
+
+
+def rank_correlations(curves: Curves, ladder: Ladder) -> list[float | None]:
+  """Kendall tau of each rung's rewards against the last step's, over the pool."""
+  from scipy import stats  # pylint: disable=g-import-not-at-top
+  keys = sorted(curves.curves)
+  final = [curves.reward(k, ladder.steps[-1]) for k in keys]
+  out = []
+  for step in ladder.steps[:-1]:
+    tau = stats.kendalltau([curves.reward(k, step) for k in keys], final).statistic
+    out.append(None if math.isnan(tau) else round(float(tau), 4))
+  return out
+
+
+def benchmark(curves: Curves, schedulers: Sequence[str], seeds: Sequence[int], workers: int,
+              budget: float, horizon: float, ladder: Ladder, reference: str,
+              progress: Callable[[str], None] = lambda line: None) -> dict[str, Any]:
+  """Every scheduler on every seed; per seed and summary numbers (the module docstring)."""
+  if 'none' not in schedulers:
+    schedulers = ['none', *schedulers]
+  if reference not in schedulers:
+    raise ValueError(f'--reference {reference} is not among the schedulers run')
+  per_seed: dict[str, list[dict[str, Any]]] = {name: [] for name in schedulers}
+  for seed in seeds:
+    none = simulate('none', curves, ladder, seed, workers, horizon * budget)
+    target = none.best_at(budget)
+    if target is None:
+      raise ValueError(f'seed {seed}: no trial of `none` ended with a finite reward within the'
+                       f' budget ({budget:g} steps)')
+    none_to = none.compute_to(target)
+    for name in schedulers:
+      run = none if name == 'none' else simulate(name, curves, ladder, seed, workers,
+                                                 horizon * budget)
+      to = run.compute_to(target)
+      per_seed[name].append({
+          'seed': seed, 'target': target, 'compute_to_target': to,
+          'ratio_to_none_budget': (to if to is not None else horizon * budget) / budget,
+          'ratio_to_none_compute': (to if to is not None else horizon * budget) / none_to,
+          'best_at_budget': run.best_at(budget), 'trials': run.trials_by(budget)[0],
+          'completed': run.trials_by(budget)[1], 'reports': run.reports, 'spent': run.spent,
+          'incumbent': [[round(c, 3), r] for c, r in run.incumbent]})
+    progress(f'seed {seed}: ' + ', '.join(
+        f'{n} {per_seed[n][-1]["ratio_to_none_budget"]:.2f}x' for n in schedulers))
+  summary = {}
+  ref_best = [r['best_at_budget'] for r in per_seed[reference]]
+  for name in schedulers:
+    rows = per_seed[name]
+    reached = [r for r in rows if r['compute_to_target'] is not None]
+    steps = [r['compute_to_target'] if r['compute_to_target'] is not None
+             else horizon * budget for r in rows]
+    best = [r['best_at_budget'] if r['best_at_budget'] is not None else math.nan for r in rows]
+    diffs = [b - ref for b, ref in zip(best, ref_best)]
+    summary[name] = {
+        'compute_to_target': _mean_std(steps), 'reached': len(reached),
+        'ratio_to_none_budget': _mean_std([r['ratio_to_none_budget'] for r in rows]),
+        'ratio_to_none_compute': _mean_std([r['ratio_to_none_compute'] for r in rows]),
+        'best_at_budget': _mean_std(best),
+        'vs_reference': {'diff': _mean_std(diffs), 'wins': sum(d > 0 for d in diffs),
+                         'ties': sum(d == 0 for d in diffs), 'losses': sum(d < 0 for d in diffs),
+                         'wilcoxon_p': None if name == reference else _wilcoxon(diffs)},
+        'trials': statistics.fmean(r['trials'] for r in rows),
+        'completed': statistics.fmean(r['completed'] for r in rows),
+    }
+  return {'summary': summary, 'per_seed': per_seed}
+
+
+def markdown(result: dict[str, Any], reference: str, seeds: int) -> str:
+  """The side-by-side table."""
+  head = ('| scheduler | (a) steps to none\'s best | reached | ÷ none\'s budget |'
+          ' ÷ none\'s steps to it | (b) best at equal compute |'
+          f' (b) − {reference} | W / T / L vs {reference} | Wilcoxon p |'
+          ' trials started / completed in the budget |')
+  lines = [head, '|' + '---|' * 10]
+  for name, s in result['summary'].items():
+    (c, c_sd), (rb, rb_sd) = s['compute_to_target'], s['ratio_to_none_budget']
+    (rc, rc_sd), (b, b_sd) = s['ratio_to_none_compute'], s['best_at_budget']
+    vs = s['vs_reference']
+    p = vs['wilcoxon_p']
+    lower = '≥ ' if s['reached'] < seeds else ''
+    lines.append(
+        f'| {name} | {lower}{c:,.0f} ± {c_sd:,.0f} | {s["reached"]}/{seeds} |'
+        f' {lower}{rb:.2f} ± {rb_sd:.2f} | {lower}{rc:.2f} ± {rc_sd:.2f} |'
+        f' {b:.4f} ± {b_sd:.4f} |'
+        + (' — | — | — |' if name == reference else
+           f' {vs["diff"][0]:+.4f} ± {vs["diff"][1]:.4f} |'
+           f' {vs["wins"]} / {vs["ties"]} / {vs["losses"]} |'
+           f' {"—" if p is None else f"{p:.3g}"} |')
+        + f' {s["trials"]:.1f} / {s["completed"]:.1f} |')
+  return '\n'.join(lines)
+
+
+def _seeds(text: str) -> list[int]:
+  if ',' in text:
+    return [int(s) for s in text.split(',')]
+  if '-' in text:
+    a, b = text.split('-')
+    return list(range(int(a), int(b) + 1))
+  return list(range(int(text)))
+
+
+def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
+  parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
+  source = parser.add_mutually_exclusive_group(required=True)
+  source.add_argument('--curves', help='a curves JSON file')
+  source.add_argument('--from_job', help='nascli search job dirs, comma-separated')
+  source.add_argument('--synthetic', action='store_true', help='generated curves')
+  parser.add_argument('--metric', help='--from_job: the validation tag (default: each'
+                      " trial's model_analysis.json accuracy_metric)")
+  parser.add_argument('--save_curves', help='write the curves used here as JSON')
+  parser.add_argument('--synthetic_seed', type=int, default=0)
+  parser.add_argument('--synthetic_archs', type=int, default=81)
+  parser.add_argument('--crossing', type=float, default=1.0)
+  parser.add_argument('--seeds', default='20')
+  parser.add_argument('--workers', type=int, default=2)
+  parser.add_argument('--budget', type=float, help='total training steps per search (default:'
+                      f' {DEFAULT_BUDGET_TRAININGS} full trainings)')
+  parser.add_argument('--horizon', type=float, default=DEFAULT_HORIZON,
+                      help='simulate to this many times the budget for (a)')
+  parser.add_argument('--min_steps', type=int)
+  parser.add_argument('--reduction_factor', type=int,
+                      default=scheduler_lib.DEFAULT_REDUCTION_FACTOR)
+  parser.add_argument('--schedulers', default=','.join(POLICIES))
+  parser.add_argument('--reference', default=DEFAULT_REFERENCE)
+  parser.add_argument('--out', default=str(ROOT / 'bench' / 'results' / 'schedulers.json'))
+  return parser.parse_args(argv)
+
+
+def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
+  args = parse_args(argv)
+  schedulers = args.schedulers.split(',')
+  unknown = [s for s in schedulers if s not in POLICIES]
+  if unknown:
+    raise SystemExit(f'error: --schedulers: unknown {", ".join(unknown)}; known:'
+                     f' {", ".join(POLICIES)}')
+  if args.reference not in schedulers:
+    raise SystemExit(f'error: --reference {args.reference} is not in --schedulers')
+  if args.workers < 1 or args.horizon < 1:
+    raise SystemExit('error: --workers and --horizon must be at least 1')
+  if args.curves:
+    curves = load_curves(args.curves)
+  elif args.from_job:
+    curves = curves_from_jobs(args.from_job.split(','), args.metric)
+  else:
+    curves = synthetic_curves(args.synthetic_seed, args.synthetic_archs, args.crossing)
+  if args.save_curves:
+    Path(args.save_curves).write_text(json.dumps(curves.to_json(), indent=1) + '\n')
+  try:
+    ladder = Ladder.of(args.min_steps, args.reduction_factor, curves.steps[-1])
+  except ValueError as e:
+    raise SystemExit(f'error: --min_steps / --reduction_factor: {e}') from None
+  if len(ladder.steps) < 2:
+    raise SystemExit(f'error: --min_steps {args.min_steps}: no rung below the last step'
+                     f' {curves.steps[-1]}')
+  budget = args.budget or DEFAULT_BUDGET_TRAININGS * curves.steps[-1]
+  if budget < args.workers * curves.steps[-1]:
+    raise SystemExit(f'error: --budget {budget:g}: below {args.workers} full trainings'
+                     f' ({args.workers} x {curves.steps[-1]} steps), none would complete one')
+  seeds = _seeds(args.seeds)
+  taus = rank_correlations(curves, ladder)
+  print(f'{curves.task}: {len(curves.curves)} curves, rungs at {list(ladder.steps)} steps'
+        f' (eta {ladder.reduction_factor}), Kendall tau of each rung against the last: {taus};'
+        f' {args.workers} workers, budget {budget:,.0f} steps'
+        f' ({budget / curves.steps[-1]:g} full trainings), {len(seeds)} seeds', flush=True)
+  result = benchmark(curves, schedulers, seeds, args.workers, budget, args.horizon, ladder,
+                     args.reference, progress=lambda line: print(line, flush=True))
+  table = markdown(result, args.reference, len(seeds))
+  print(table)
+  sys.path.insert(0, str(ROOT / 'bench'))
+  import host  # pylint: disable=g-import-not-at-top (bench/host.py)
+  out = {'command': 'python bench/bench_schedulers.py ' + ' '.join(
+      sys.argv[1:] if argv is None else argv),
+         'machine': host.machine(('numpy', 'scipy', 'ray', 'optuna')),
+         'task': curves.task, 'num_curves': len(curves.curves), 'steps': curves.steps,
+         'seconds_per_step': curves.seconds_per_step, 'rungs': list(ladder.steps),
+         'reduction_factor': ladder.reduction_factor, 'kendall_tau_per_rung': taus,
+         'workers': args.workers, 'budget': budget, 'horizon': args.horizon * budget,
+         'seeds': seeds, 'reference': args.reference, 'table': table, **result}
+  os.makedirs(Path(args.out).parent, exist_ok=True)
+  Path(args.out).write_text(json.dumps(out, indent=1) + '\n')
+  print(f'wrote {args.out}')
+  return out
+
+
+if __name__ == '__main__':
+  main()
