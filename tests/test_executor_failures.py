@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from nascli import parent_death
 from nascli.search import executors
 from nascli.search import warm_workers
 
@@ -388,17 +389,21 @@ def test_a_prctl_that_fails_is_said_once_and_children_still_start(monkeypatch, c
                                                                  cause):
   import ctypes  # pylint: disable=g-import-not-at-top
   monkeypatch.setattr(ctypes, "CDLL", cdll)
-  executors._death_signal_setter.cache_clear()  # pylint: disable=protected-access
+  parent_death.setter.cache_clear()
   try:
     for _ in range(2):
       child = subprocess.run([sys.executable, "-c", "print('ran')"], capture_output=True,
                              text=True, preexec_fn=executors.child_setup(), check=True)
       assert child.stdout == "ran\n"
+    # A conversion's pool workers (nascli/data/parallel.py) are said to be unprotected too.
+    assert parent_death.setter("conversion workers") is None
+    assert parent_death.setter("conversion workers") is None
   finally:
-    executors._death_signal_setter.cache_clear()  # pylint: disable=protected-access
-  assert capsys.readouterr().err == (
-      f"warning: cannot set PR_SET_PDEATHSIG ({cause}): trials and workers will not die with a"
-      " killed search driver; end any left over yourself\n")
+    parent_death.setter.cache_clear()
+  assert capsys.readouterr().err == "".join(
+      f"warning: cannot set PR_SET_PDEATHSIG ({cause}): {what} will not die with a killed"
+      " parent; end any left over yourself\n" for what in ("trials and workers",
+                                                           "conversion workers"))
 
 
 def test_children_die_with_their_parent(tmp_path):

@@ -12,7 +12,6 @@ or outlives the command.
 """
 
 import contextlib
-import ctypes
 import dataclasses
 import multiprocessing
 from pathlib import Path
@@ -28,7 +27,6 @@ _OUTPUT_DIR: Path | None = None
 _COUNTER: Any = None  # records done, shared with the parent for the progress bar
 _ON_COUNT: Callable[[], None] | None = None  # in-process runs: progress between shards
 _COUNT_EVERY = 16
-_PR_SET_PDEATHSIG = 1
 
 
 class _LocalCounter:
@@ -49,10 +47,9 @@ def _set_globals(source, output_dir, counter) -> None:
 def _init_worker(source, output_dir, counter) -> None:
   signal.signal(signal.SIGINT, signal.SIG_IGN)
   signal.signal(signal.SIGTERM, signal.SIG_DFL)
-  try:  # Linux: end with the parent, even when it ends by os._exit.
-    ctypes.CDLL(None).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
-  except (OSError, AttributeError):
-    pass
+  set_death_signal = parent_death.setter("conversion workers")  # probed in the parent: cached
+  if set_death_signal is not None:  # Linux: end with the parent, even when it ends by os._exit
+    set_death_signal(signal.SIGKILL)
   _set_globals(source, output_dir, counter)
 
 
@@ -137,6 +134,7 @@ class Workers:
       self._counter = _LocalCounter()
       _set_globals(self.source, self.output_dir, self._counter)
     else:
+      parent_death.setter("conversion workers")  # probed (and a failure said) once, here
       ctx = multiprocessing.get_context("fork")
       self._counter = ctx.Value("q", 0)
       self._pool = ctx.Pool(self.processes, initializer=_init_worker,

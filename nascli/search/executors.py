@@ -22,6 +22,8 @@ import sys
 import time
 from typing import Any, Callable
 
+from nascli import parent_death
+
 TRIAL_LOG = "trial.log"
 # How long an interrupted trial gets to record it (job_status.json, a checkpoint) and exit.
 INTERRUPT_GRACE_S = 60.0
@@ -35,31 +37,8 @@ class Outcome:
   published: bool = False  # the attempt uploaded its own trial folder to the job dir
 
 
-_PR_SET_PDEATHSIG, _PR_GET_PDEATHSIG = 1, 2  # prctl(2) options (linux/prctl.h)
-
-
 def _warn(line: str) -> None:
   print(f"warning: {line}", file=sys.stderr, flush=True)
-
-
-@functools.lru_cache(maxsize=1)
-def _death_signal_setter() -> Callable[[int], Any] | None:
-  """libc's prctl(PR_SET_PDEATHSIG, ...), probed once in this process by setting its own
-  parent-death signal to what it already is; None, said once on stderr, where that fails (no
-  glibc, or a sandbox that refuses prctl)."""
-  try:
-    import ctypes  # pylint: disable=g-import-not-at-top
-    prctl = ctypes.CDLL("libc.so.6", use_errno=True).prctl
-    current = ctypes.c_int(0)
-    if (prctl(_PR_GET_PDEATHSIG, ctypes.byref(current)) != 0
-        or prctl(_PR_SET_PDEATHSIG, current.value) != 0):
-      errno = ctypes.get_errno()
-      raise OSError(errno, f"prctl: {os.strerror(errno)}")
-  except (OSError, AttributeError) as e:
-    _warn(f"cannot set PR_SET_PDEATHSIG ({' '.join(str(e).split())}): trials and workers will"
-          " not die with a killed search driver; end any left over yourself")
-    return None
-  return lambda signum: prctl(_PR_SET_PDEATHSIG, signum)
 
 
 def die_with_parent() -> None:
@@ -69,7 +48,7 @@ def die_with_parent() -> None:
   blocked: the trial must see the signal that tells it to stop and record it. Pass it as
   `child_setup()`, which probes prctl in the parent first."""
   signal.pthread_sigmask(signal.SIG_UNBLOCK, (signal.SIGINT, signal.SIGTERM))
-  set_death_signal = _death_signal_setter()
+  set_death_signal = parent_death.setter()
   if set_death_signal is not None:
     set_death_signal(signal.SIGKILL)
 
@@ -77,7 +56,7 @@ def die_with_parent() -> None:
 def child_setup() -> Callable[[], None]:
   """The preexec_fn of a trial process or worker: die_with_parent, with prctl probed here, in
   the parent, so that a failure is said once on the parent's stderr (not in each child's log)."""
-  _death_signal_setter()
+  parent_death.setter()
   return die_with_parent
 
 
