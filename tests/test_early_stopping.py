@@ -489,6 +489,11 @@ def _steps(path):
     return [json.loads(line)['step'] for line in f if line.strip()]
 
 
+# Slow tier (a 3-trial asha search killed and resumed, 90-130 s): the default tier checks a
+# resumed driver's owed decision on a real journal and trial dirs
+# (test_a_resumed_driver_decides_what_a_killed_one_left_undecided) and the decisions against
+# Ray's own classes (tests/test_scheduler_oracle.py).
+@pytest.mark.slow
 def test_asha_search_killed_between_a_report_and_its_decision_resumes_with_ray_s_decisions(
     tmp_path_factory):
   """ASHA (eta 2, rungs at 10 and 20 steps) over 3 trials on the embedded digits. The driver is

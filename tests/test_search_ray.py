@@ -177,6 +177,11 @@ def _driver(job, cache, ray_dir, *extra, max_nas_trial=2):
                           env=env)
 
 
+# Slow tier (three TensorFlow workers under Ray, 110-180 s): the default tier runs Ray's
+# TrialActor with nascli's worker protocol on toy trials, killed at the same points
+# (tests/test_executor_failures.py::test_rays_actor_follows_the_same_rules), and a Ray search
+# end to end (test_a_search_on_ray_writes_what_search_in_local_writes).
+@pytest.mark.slow
 def test_a_killed_worker_fails_its_trial_and_a_killed_actor_loses_its_attempt(
     cache, tmp_path, ray_dir):
   """SIGKILL to trial 1's warm worker: trial 1 fails, naming the signal, and the same actor

@@ -114,12 +114,13 @@ def test_stage2_with_no_config_flags_trains_the_search_recipe_to_top1_080(cli, d
   assert run.recipe.origin == f"trial 1's params.yaml ({job}/1/params.yaml)"
   assert training.plan(training.TrainArgs(run=run)).params.as_dict() == params.as_dict()
 
+  # Seeded: unseeded runs ended anywhere in 0.75-0.99 (the initialization decides).
   code, out, err = cli("train", "--nas_params_str", nas_params, "--dataset_dir", data,
-                       "--model_dir", tmp_path / "arch1", "--json")
+                       "--model_dir", tmp_path / "arch1", "--json", "--seed", "1")
   assert code == 0, err[-2000:]
   result = json.loads(out)
   assert result["step"] == 500
-  assert result["eval_metrics"]["accuracy"] >= 0.8, result["eval_metrics"]  # 0.89-0.99 seen
+  assert result["eval_metrics"]["accuracy"] >= 0.8, result["eval_metrics"]
   print(f"stage 2 on digits: top-1 {result['eval_metrics']['accuracy']:.4f},"
         f" {result['wall_seconds']:.1f} s of training and evaluation")
   lines = err.splitlines()

@@ -168,6 +168,12 @@ def _alive(pid: int) -> bool:
   return state != "Z"
 
 
+# Slow tier (a search SIGKILLed mid-trial and rerun, 65-95 s): the default tier checks that
+# children die with their parent (tests/test_executor_failures.py::
+# test_children_die_with_their_parent) and that a killed search resumes without repeating a
+# trial (tests/test_gcs_search.py::test_killed_search_resumes_from_the_gcs_journal,
+# tests/test_search_local.py's Ctrl-C test).
+@pytest.mark.slow
 def test_a_killed_driver_leaves_no_worker_and_resumes_with_exactly_max_trials(cache, tmp_path):
   job = tmp_path / "job"
   args, env = _search(job, cache, "--max_nas_trial", "2")
