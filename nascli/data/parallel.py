@@ -18,6 +18,7 @@ from pathlib import Path
 import signal
 from typing import Any, Callable, Iterable, Iterator
 
+from nascli import parent_death
 from nascli.data import tfexample
 from nascli.data.source import CorruptItemError, Source
 from nascli.data.tfrecord_io import TFRecordFileWriter
