@@ -2,6 +2,7 @@
 bucket (journal objects, trial folders, results), list_trials and stage-2 train from it, resume
 after SIGKILL, the create-only journal that stops a second driver, and settings refused."""
 
+import dataclasses
 import json
 import os
 import re
@@ -70,18 +71,58 @@ def _generations(prefix):
           for b in storage.client().list_blobs(g.bucket, prefix=g.name + "/")}
 
 
+@dataclasses.dataclass
+class KilledRun:
+  """A gs:// search SIGKILLed while trial 2 trains, what its bucket and staging held then, and
+  the same command run again to the end."""
+  job: str
+  before: list  # the journal the killed driver left
+  trial_2_in_bucket: list  # object names under JOB/2 after the kill
+  trial_2_staged: bool  # its staging folder was there
+  resumed: subprocess.CompletedProcess
+
+
 @pytest.fixture(scope="module")
-def searched(gcs_emulator, cache, tmp_path_factory):
-  """One 2-trial search into gs://, and a local 1-trial search of the same settings to compare."""
+def killed_and_resumed(gcs_emulator, cache):
+  """The module's one real gs:// search (2 trials, the end-of-search export): the other tests
+  read the job it finished, so the kill and the resume cost no search of their own."""
   job = f"gs://{gcs_emulator.bucket}/search-{os.urandom(4).hex()}/job"
-  env = {"NASCLI_CACHE_DIR": cache}
-  proc = nascli_subprocess(*_search_args(job, "--max_nas_trial", "2", "--json", export=True),
-                           env=env)
-  assert proc.returncode == 0, proc.stderr[-3000:]
+  args = [sys.executable, "-m", "nascli", *_search_args(job, "--max_nas_trial", "2",
+                                                         export=True)]
+  env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", NASCLI_CACHE_DIR=cache)
+  with pytest.MonkeyPatch.context() as mp:
+    mp.setenv("NASCLI_CACHE_DIR", cache)
+    staging = journal_lib.staging_dir(job)
+  driver = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
+  # Killed once trial 2 is journaled `started` and its staging folder is there: it is running
+  # (a trial takes far longer than this loop's 0.2 s between looks, so it cannot end unseen).
+  deadline = time.monotonic() + 600
+  while time.monotonic() < deadline and driver.poll() is None:
+    # search_started, 3 events of trial 1, proposed 2, started 2
+    if len(_entries(job)) >= 6 and os.path.isdir(os.path.join(staging, "2")):
+      break
+    time.sleep(0.2)
+  driver.send_signal(signal.SIGKILL)
+  driver.wait()
+  before = GcsJournal(job).events()
+  in_bucket = storage.list_names(storage.join(job, "2"))
+  staged = os.path.isdir(os.path.join(staging, "2"))
+  resumed = subprocess.run(args + ["--json"], capture_output=True, text=True, env=env,
+                           timeout=900, check=False)
+  return KilledRun(job, before, in_bucket, staged, resumed)
+
+
+@pytest.fixture(scope="module")
+def searched(killed_and_resumed, cache, tmp_path_factory):
+  """The finished gs:// job of `killed_and_resumed` with its rows, and a local 1-trial search
+  of the same settings to compare."""
+  run = killed_and_resumed
+  assert run.resumed.returncode == 0, run.resumed.stderr[-3000:]
   local = tmp_path_factory.mktemp("local") / "job"
-  ref = nascli_subprocess(*_search_args(local, "--max_nas_trial", "1", export=True), env=env)
+  ref = nascli_subprocess(*_search_args(local, "--max_nas_trial", "1", export=True),
+                          env={"NASCLI_CACHE_DIR": cache})
   assert ref.returncode == 0, ref.stderr[-3000:]
-  return job, json.loads(proc.stdout), local
+  return run.job, json.loads(run.resumed.stdout), local
 
 
 def test_search_journals_one_object_per_event(searched):
@@ -89,12 +130,13 @@ def test_search_journals_one_object_per_event(searched):
   local_events = journal_events(local)
   events = GcsJournal(job).events()
   assert _entries(job) == [f"{seq:010d}.json" for seq in range(1, len(events) + 1)]
-  assert [e["seq"] for e in events] == list(range(1, 8))
+  assert [e["seq"] for e in events] == list(range(1, 9))
   for seq, event in enumerate(events, 1):  # each object holds exactly its event
     assert json.loads(storage.read_text(GcsJournal(job).entry(seq))) == event
+  # Trial 2 started twice: the search was killed while it trained (killed_and_resumed).
   assert [(e["event"], e.get("trial_id")) for e in events] == [
       ("search_started", None), ("proposed", "1"), ("started", "1"), ("completed", "1"),
-      ("proposed", "2"), ("started", "2"), ("completed", "2")]
+      ("proposed", "2"), ("started", "2"), ("started", "2"), ("completed", "2")]
   # The same events a local run of the same search journals (it stopped after trial 1).
   assert [_stable(e) for e in events[1:4]] == [_stable(e) for e in local_events[1:4]]
   started, local_started = events[0], local_events[0]
@@ -168,36 +210,17 @@ def test_job_of_other_settings_is_refused_and_untouched(searched, cli, cache, mo
   assert _generations(job) == before
 
 
-def test_killed_search_resumes_from_the_gcs_journal(gcs_prefix, cache, monkeypatch):
-  job = storage.join(gcs_prefix, "job")
-  args = [sys.executable, "-m", "nascli", *_search_args(job, "--max_nas_trial", "2")]
-  monkeypatch.setenv("NASCLI_CACHE_DIR", cache)
-  env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")
-  driver = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
-  # Killed once trial 2 is journaled `started` and its staging folder is there: it is running
-  # (a trial takes far longer than this loop's 0.2 s between looks, so it cannot end unseen).
-  deadline = time.monotonic() + 600
-  while time.monotonic() < deadline and driver.poll() is None:
-    # search_started, 3 events of trial 1, proposed 2, started 2
-    if (len(_entries(job)) >= 6
-        and os.path.isdir(os.path.join(journal_lib.staging_dir(job), "2"))):
-      break
-    time.sleep(0.2)
-  driver.send_signal(signal.SIGKILL)
-  driver.wait()
-  before = GcsJournal(job).events()
+def test_killed_search_resumes_from_the_gcs_journal(killed_and_resumed, searched):
+  run = killed_and_resumed
+  job, rows, _ = searched
+  before = run.before
   assert [(e["event"], e.get("trial_id")) for e in before[-3:]] == [
       ("completed", "1"), ("proposed", "2"), ("started", "2")]
-  # Nothing of the interrupted trial is in the bucket: it is uploaded only once it ends.
-  assert storage.list_names(storage.join(job, "2")) == []
-  assert os.path.isdir(os.path.join(journal_lib.staging_dir(job), "2"))
+  # Nothing of the interrupted trial was in the bucket: it is uploaded only once it ends.
+  assert run.trial_2_in_bucket == [] and run.trial_2_staged
   interrupted_dna = before[4]["dna"]
-
-  resumed = subprocess.run(args + ["--json"], capture_output=True, text=True, env=env,
-                           timeout=900, check=False)
-  assert resumed.returncode == 0, resumed.stderr[-2000:]
-  assert "re-running interrupted trial(s) 2" in resumed.stderr
-  assert [r["trial_id"] for r in json.loads(resumed.stdout)] == ["1", "2"]
+  assert "re-running interrupted trial(s) 2" in run.resumed.stderr
+  assert [r["trial_id"] for r in rows] == ["1", "2"]
   events = GcsJournal(job).events()
   assert events[:len(before)] == before  # the killed driver's entries, untouched
   assert _entries(job) == [f"{seq:010d}.json" for seq in range(1, len(events) + 1)]
@@ -221,7 +244,7 @@ RIVAL = {"seq": 3, "time": "2026-01-01T00:00:00.000Z", "event": "note", "by": "a
 
 
 def test_second_driver_is_stopped_by_the_create_only_journal(cli, gcs_prefix, cache,
-                                                             monkeypatch):
+                                                             monkeypatch, no_config_check):
   """Another driver appends entry 3 while this one starts its first trial: this one's append
   of entry 3 fails, with one line, and overwrites nothing."""
   from nascli.search import executors  # pylint: disable=g-import-not-at-top
@@ -246,7 +269,24 @@ def test_second_driver_is_stopped_by_the_create_only_journal(cli, gcs_prefix, ca
 
 
 @pytest.fixture
-def failing_trials(monkeypatch, cache):
+def no_config_check(monkeypatch):
+  """The trials' config taken as checked (20 steps) without the TensorFlow worker that checks
+  it (20-30 s a run): for the runs whose trials are simulated anyway. The check itself is
+  tested in test_search_local.py (test_a_bad_trial_config_is_refused_before_any_trial)."""
+  from nascli.search import preflight, warm_workers  # pylint: disable=g-import-not-at-top
+
+  class NoWorker:
+    log_path = "no config-check worker"
+
+    def close(self):
+      pass
+
+  monkeypatch.setattr(warm_workers, "start_config_check", lambda *a: NoWorker())
+  monkeypatch.setattr(preflight, "wait", lambda check, worker, log: {"train_steps": 20})
+
+
+@pytest.fixture
+def failing_trials(monkeypatch, cache, no_config_check):
   """Trial processes that fail at once: the executor writes what a failed trial leaves (its
   log and job_status.json) instead of starting one; the loop, journal and storage are real."""
   from nascli.search import executors  # pylint: disable=g-import-not-at-top
