@@ -13,6 +13,8 @@ from pathlib import Path
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
+import nascli  # noqa: E402,F401  (sets TF_USE_LEGACY_KERAS before a test module imports TensorFlow)
+
 import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 

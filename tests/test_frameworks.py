@@ -2,6 +2,7 @@
 
 import gc
 import json
+import os
 import subprocess
 import sys
 import textwrap
@@ -12,9 +13,14 @@ from nascli import frameworks
 
 
 def _fresh_python(code: str) -> dict:
-  """Runs `code` in a new interpreter (nothing imported yet) and returns the JSON it prints."""
+  """Runs `code` in a new interpreter (nothing imported yet) and returns the JSON it prints.
+
+  TF_USE_LEGACY_KERAS is taken out of its environment (this session's conftest set it), so
+  what the child sees is what importing nascli sets.
+  """
+  env = {k: v for k, v in os.environ.items() if k != "TF_USE_LEGACY_KERAS"}
   proc = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True,
-                        text=True, check=False)
+                        text=True, check=False, env=env)
   assert proc.returncode == 0, proc.stderr[-2000:]
   return json.loads(proc.stdout.strip().splitlines()[-1])
 
@@ -32,8 +38,14 @@ def test_first_load_of_model_garden_freezes_what_it_imported():
           "collections_during_load": len(paused),
           "frozen": gc.get_freeze_count(), "scanned": len(gc.get_objects()),
           "modules": [m in sys.modules for m in frameworks.MODEL_GARDEN],
-          "again": frameworks.load(), "frozen_again": gc.get_freeze_count()}))
+          "again": frameworks.load(), "frozen_again": gc.get_freeze_count(),
+          "keras3": "keras.src" in sys.modules, "sklearn": "sklearn" in sys.modules,
+          "tf_keras": sys.modules["tensorflow"].keras.__name__}))
       """)
+  # Importing nascli set TF_USE_LEGACY_KERAS: TensorFlow loaded no Keras 3 (nor the
+  # scikit-learn it pulls in), and tf.keras is tf_keras, the Keras that Model Garden builds on.
+  assert out["keras3"] is False and out["sklearn"] is False
+  assert out["tf_keras"].startswith("tf_keras."), out["tf_keras"]
   assert out["before"] is False and out["loaded"] is True and out["enabled"] is True
   assert out["modules"] == [True] * len(frameworks.MODEL_GARDEN)
   assert out["collections_during_load"] == 0
