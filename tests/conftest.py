@@ -3,12 +3,10 @@
 import glob
 import json
 import os
-import signal
 import socket
 import struct
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
@@ -17,6 +15,38 @@ import nascli  # noqa: E402,F401  (sets TF_USE_LEGACY_KERAS before a test module
 
 import numpy as np  # noqa: E402
 import pytest  # noqa: E402
+
+
+# The modules that take longest, longest first (seconds a module took in a full run on the
+# 2-core CI machine, `pytest --durations=0`): xdist hands whole modules (--dist loadfile) to
+# its workers in collection order (--no-loadscope-reorder), so the long ones start first and
+# the short ones fill in at the end, rather than one worker finishing a 100 s module alone.
+LONGEST_FIRST = (
+    "test_search_local.py",  # 510
+    "test_search_ray.py",  # 400
+    "test_gcs_search.py",  # 220
+    "test_train_interrupt.py",  # 185
+    "test_train_run.py",  # 175
+    "test_train_distributed.py",  # 150
+    "test_launchers.py",  # 130
+    "test_thor_train.py",  # 100
+    "test_stage2.py",  # 100
+    "test_thor_optimizer.py",  # 75
+    "test_mnasnet_backbone.py",  # 65
+    "test_runtime.py",  # 60
+    "test_gcs_data.py",  # 60
+    "test_search_controller.py",  # 55
+    "test_export_lib.py",  # 50
+    "test_latency_main.py",  # 45
+    "test_executor_failures.py",  # 45
+    "test_tunable_backbones.py",  # 40
+)
+
+
+def pytest_collection_modifyitems(config, items):
+  del config
+  rank = {name: i for i, name in enumerate(LONGEST_FIRST)}
+  items.sort(key=lambda item: rank.get(item.path.name, len(rank)))  # stable: same order within
 
 
 def read_examples(pattern: str | Path) -> list[dict]:
@@ -129,27 +159,40 @@ def journal_events(job_dir):
     return [json.loads(line) for line in f if line.strip()]
 
 
-def proposals_of(cache, job_dir, seed, algorithm, command="search_in_local", *extra):
-  """The architectures a search proposes first: trial processes are never awaited; the
-  driver is killed once it has journaled its proposals (the journal is fsynced per event)."""
-  args = [sys.executable, "-m", "nascli", command, "--prebuilt_search_space",
-          "mnasnet", "--local_output_dir", str(job_dir), "--seed", str(seed),
-          "--search_algorithm", algorithm, "--max_nas_trial", "3", "--max_parallel_nas_trial",
-          "3", "--trial_isolation", "process", *extra]  # no 3 warm workers loading meanwhile
-  env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", NASCLI_CACHE_DIR=cache)
-  driver = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
-  proposed = []
-  deadline = time.monotonic() + 300
-  try:
-    while time.monotonic() < deadline and driver.poll() is None and len(proposed) < 3:
-      if (job_dir / "journal.jsonl").exists():
-        proposed = [e["dna"] for e in journal_events(job_dir) if e["event"] == "proposed"]
-      time.sleep(0.2)
-  finally:
-    driver.send_signal(signal.SIGKILL)  # its trials die with it (PR_SET_PDEATHSIG)
-    driver.wait()
-  assert len(proposed) == 3, f"driver exited with {driver.returncode} before proposing"
-  return proposed
+# What a finished trial folder holds (an event file's name blanked: it differs per run) when its
+# trial trained 20 steps with a checkpoint every 10 and the search exported it at the end. One
+# list for the local, gs:// and Ray jobs: a trial folder is the same wherever its job dir is.
+FINISHED_TRIAL_FILES = sorted([
+    "checkpoint", "ckpt-10.data-00000-of-00001", "ckpt-10.index", "ckpt-20.data-00000-of-00001",
+    "ckpt-20.index", "export/checkpoint/checkpoint", "export/checkpoint/ckpt-1.data-00000-of-00001",
+    "export/checkpoint/ckpt-1.index", "export/params.yaml", "export/saved_model/fingerprint.pb",
+    "export/saved_model/saved_model.pb",
+    "export/saved_model/variables/variables.data-00000-of-00001",
+    "export/saved_model/variables/variables.index", "job_status.json", "log",
+    "model_analysis.json", "nas_params_str.json", "nascli_run.json", "params.yaml",
+    "train/events.out.tfevents.*", "train_metrics.jsonl", "trial.log", "trial_spec.json",
+    "validation/events.out.tfevents.*"])
+
+
+def trial_files(names) -> list[str]:
+  """The kinds of files of a trial folder, from names relative to it, as FINISHED_TRIAL_FILES
+  lists them (a resumed trial has an event file per run: one kind)."""
+  import re  # pylint: disable=g-import-not-at-top
+  return sorted({re.sub(r"events\.out\.tfevents\..*", "events.out.tfevents.*", n) for n in names})
+
+
+def controller_proposals(algorithm, seed, count=3, space="mnasnet"):
+  """The first proposals of a fresh controller in this process, as a driver makes them (a
+  driver's proposals are compared with these: tests/test_search_local.py)."""
+  # pylint: disable=g-import-not-at-top
+  from nascli.search import controller
+  from tf_vision import search_spaces
+  ctl = controller.Controller.rebuild(search_spaces.get_search_space(space), algorithm, seed, [])
+  dnas = []
+  for _ in range(count):
+    dna, _ = ctl.propose_new(dnas)
+    dnas.append(list(dna))
+  return dnas
 
 
 def convert_digits32(out, num_shards: int, num_workers: int = 1) -> str:

@@ -15,7 +15,8 @@ import time
 
 import pytest
 
-from conftest import journal_events, nascli_subprocess, retrain_best_trial
+from conftest import FINISHED_TRIAL_FILES, journal_events, nascli_subprocess
+from conftest import retrain_best_trial, trial_files
 from nascli import storage
 from nascli.errors import InputError, OutputError
 from nascli.search import journal as journal_lib
@@ -53,15 +54,9 @@ def _stable(event):
   return {k: v for k, v in event.items() if k not in VOLATILE}
 
 
-def _layout(names):
-  """Object or file names with what differs per run (event file stamps) blanked out."""
-  return sorted(re.sub(r"events\.out\.tfevents\..*", "events.out.tfevents.*", n) for n in names)
-
-
 def _trial_layout(names, trial_id):
-  """The kinds of files a trial folder holds (a resumed run adds an event file per run)."""
-  return sorted(set(_layout(n[len(trial_id) + 1:] for n in names
-                            if n.startswith(f"{trial_id}/"))))
+  """The kinds of files a trial folder holds, from names relative to the job dir."""
+  return trial_files(n[len(trial_id) + 1:] for n in names if n.startswith(f"{trial_id}/"))
 
 
 def _generations(prefix):
@@ -113,21 +108,15 @@ def killed_and_resumed(gcs_emulator, cache):
 
 
 @pytest.fixture(scope="module")
-def searched(killed_and_resumed, cache, tmp_path_factory):
-  """The finished gs:// job of `killed_and_resumed` with its rows, and a local 1-trial search
-  of the same settings to compare."""
+def searched(killed_and_resumed):
+  """The finished gs:// job of `killed_and_resumed` and its rows."""
   run = killed_and_resumed
   assert run.resumed.returncode == 0, run.resumed.stderr[-3000:]
-  local = tmp_path_factory.mktemp("local") / "job"
-  ref = nascli_subprocess(*_search_args(local, "--max_nas_trial", "1", export=True),
-                          env={"NASCLI_CACHE_DIR": cache})
-  assert ref.returncode == 0, ref.stderr[-3000:]
-  return run.job, json.loads(run.resumed.stdout), local
+  return run.job, json.loads(run.resumed.stdout)
 
 
-def test_search_journals_one_object_per_event(searched):
-  job, _, local = searched
-  local_events = journal_events(local)
+def test_search_journals_one_object_per_event(searched, cli, failing_trials, tmp_path):
+  job, _ = searched
   events = GcsJournal(job).events()
   assert _entries(job) == [f"{seq:010d}.json" for seq in range(1, len(events) + 1)]
   assert [e["seq"] for e in events] == list(range(1, 9))
@@ -137,27 +126,32 @@ def test_search_journals_one_object_per_event(searched):
   assert [(e["event"], e.get("trial_id")) for e in events] == [
       ("search_started", None), ("proposed", "1"), ("started", "1"), ("completed", "1"),
       ("proposed", "2"), ("started", "2"), ("started", "2"), ("completed", "2")]
-  # The same events a local run of the same search journals (it stopped after trial 1).
-  assert [_stable(e) for e in events[1:4]] == [_stable(e) for e in local_events[1:4]]
+  # A local job of the same flags journals the same search: the same settings (and so the same
+  # fingerprint), the same first proposal. Its trial fails at once (failing_trials): only its
+  # first events count here.
+  local = tmp_path / "local"
+  code, _, stderr = cli(*_search_args(local, "--max_nas_trial", "1", *PROCESS, export=True))
+  assert code == 1 and "every trial of" in stderr, stderr
+  local_events = journal_events(local)
+  assert [_stable(e) for e in events[1:3]] == [_stable(e) for e in local_events[1:3]]
   started, local_started = events[0], local_events[0]
-  assert started["fingerprint"] == local_started["fingerprint"]  # same settings, same search
-  assert started["settings"] == {**local_started["settings"], "max_nas_trial": 2}
+  assert started["fingerprint"] == local_started["fingerprint"]  # mutable settings aside
+  assert started["settings"] == {**local_started["settings"], "max_nas_trial": 2,
+                                 "trial_isolation": "worker"}
 
 
 def test_trial_folders_are_uploaded_whole(searched, cache, monkeypatch):
-  job, rows, local = searched
+  job, rows = searched
   names = storage.list_names(job)
-  local_trial = _layout(storage.list_names(local / "1"))
-  assert "model_analysis.json" in local_trial and "checkpoint" in local_trial
   for trial_id in ("1", "2"):
-    # Every file a local run's trial folder holds, nothing else (no temporary files).
-    assert _trial_layout(names, trial_id) == local_trial
+    # Every file a local trial folder holds, nothing else (no temporary files).
+    assert _trial_layout(names, trial_id) == FINISHED_TRIAL_FILES
     status = json.loads(storage.read_text(storage.join(job, trial_id, "job_status.json")))
     assert status["status"] == "completed"
   analysis = json.loads(storage.read_text(storage.join(job, "1", "model_analysis.json")))
   assert analysis["reward"] == rows[0]["reward"] and analysis["trial_id"] == "1"
-  assert storage.read_text(storage.join(job, "1", "nas_params_str.json")) == (
-      (local / "1" / "nas_params_str.json").read_text())
+  assert json.loads(storage.read_text(storage.join(job, "1", "nas_params_str.json"))) == (
+      rows[0]["nas_params"])
   # The staging copy is emptied as trials are recorded.
   monkeypatch.setenv("NASCLI_CACHE_DIR", cache)
   staging = journal_lib.staging_dir(job)
@@ -166,7 +160,7 @@ def test_trial_folders_are_uploaded_whole(searched, cache, monkeypatch):
 
 
 def test_results_and_list_trials_read_from_gcs(searched):
-  job, rows, _ = searched
+  job, rows = searched
   table = json.loads(storage.read_text(storage.join(job, "trials.json")))
   assert table == rows and [r["trial_id"] for r in rows] == ["1", "2"]
   assert all(r["status"] == "completed" and r["trial_dir"] == f"{job}/{r['trial_id']}"
@@ -188,7 +182,7 @@ def test_results_and_list_trials_read_from_gcs(searched):
 
 
 def test_stage2_retrains_a_trial_of_the_gcs_job(searched, cache, tmp_path):
-  job, rows, _ = searched
+  job, rows = searched
   best, retrain = retrain_best_trial(job, rows, cache, tmp_path / "stage2",
                                      env={"NASCLI_CACHE_DIR": cache})
   assert retrain.returncode == 0, retrain.stderr[-2000:]
@@ -197,10 +191,17 @@ def test_stage2_retrains_a_trial_of_the_gcs_job(searched, cache, tmp_path):
   assert re.search(rf"init_checkpoint: \S+/{best}/ckpt-20\n", saved), saved
   chosen = json.loads(storage.read_text(storage.join(job, best, "nas_params_str.json")))
   assert chosen == rows[int(best) - 1]["nas_params"]
+  # The architecture trained is the trial's.
+  from tf_vision.params import load_yaml_source  # pylint: disable=g-import-not-at-top
+  model = load_yaml_source(str(tmp_path / "stage2" / best / "params.yaml"), "params.yaml")[
+      "task"]["model"]
+  specs = json.loads(model["backbone"]["tunable_mnasnet"]["block_specs_json"])
+  assert f"({specs[0]['output_filters']})" in chosen["blocks[0].output_filters"]
+  assert f"({specs[6]['num_repeats']})" in chosen["blocks[6].num_repeats"]
 
 
 def test_job_of_other_settings_is_refused_and_untouched(searched, cli, cache, monkeypatch):
-  job, _, _ = searched
+  job, _ = searched
   before = _generations(job)
   monkeypatch.setenv("NASCLI_CACHE_DIR", cache)
   code, stdout, stderr = cli(*_search_args(job, "--max_nas_trial", "2", seed=8, export=True))
@@ -212,7 +213,7 @@ def test_job_of_other_settings_is_refused_and_untouched(searched, cli, cache, mo
 
 def test_killed_search_resumes_from_the_gcs_journal(killed_and_resumed, searched):
   run = killed_and_resumed
-  job, rows, _ = searched
+  job, rows = searched
   before = run.before
   assert [(e["event"], e.get("trial_id")) for e in before[-3:]] == [
       ("completed", "1"), ("proposed", "2"), ("started", "2")]
@@ -449,7 +450,6 @@ def test_ray_trials_run_on_their_node_and_upload_their_own_folders(searched, cac
   runs the trial in a temporary folder of its node and uploads the folder itself, so a cluster
   shares nothing with the driver but the bucket."""
   pytest.importorskip("ray")
-  _, _, local = searched
   job = storage.join(searched[0].rsplit("/", 1)[0] + "-ray", "job")
   ray_dir = tempfile.mkdtemp(prefix="ray", dir="/tmp")  # short: Ray's unix sockets live there
   try:
@@ -465,9 +465,8 @@ def test_ray_trials_run_on_their_node_and_upload_their_own_folders(searched, cac
   names = storage.list_names(job)
   staging = journal_lib.staging_dir(job)
   for trial_id in ("1", "2"):
-    # The same files as a trial of the local search, checkpoints and marker included.
-    assert _trial_layout(names, trial_id) == _trial_layout(
-        [str(p.relative_to(local)) for p in local.rglob("*") if p.is_file()], "1")
+    # The same files as a trial of a local search, checkpoints and marker included.
+    assert _trial_layout(names, trial_id) == FINISHED_TRIAL_FILES
     spec = json.loads(storage.read_text(storage.join(job, trial_id, "trial_spec.json")))
     # It ran in the node's temporary folder, from the config files the task carried.
     assert os.path.basename(spec["job_dir"]).startswith("nascli-trial-")

@@ -149,6 +149,10 @@ def test_two_workers_train_identical_weights_and_report_one_evaluation(digits32,
   assert any(not np.array_equal(earlier[n], final[n]) for n in kernels)
 
 
+# Slow tier (two more TensorFlow workers, 50 s): the default tier trains the same two workers to
+# identical weights (test_two_workers_train_identical_weights_and_report_one_evaluation) and
+# resumes a killed run to the same end (tests/test_train_run.py, test_killed_run_resumes_...).
+@pytest.mark.slow
 def test_two_workers_resume_from_the_chiefs_checkpoint_in_a_shared_model_dir(
     digits32, mirrored_run, tmp_path):
   # Start from the mirrored run's step-20 checkpoint (checkpoints do not depend on the strategy).

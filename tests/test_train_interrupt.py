@@ -175,6 +175,10 @@ def test_sigint_stops_inside_a_long_loop_and_the_rerun_resumes_there(digits32, t
     assert rate == pytest.approx(float(schedule(at)), rel=1e-5), at
 
 
+# Slow tier (a training process of its own, 50 s): the default tier stops at once on the second
+# signal inside a deferred section (test_a_second_signal_in_a_train_loop_stops_at_once) and
+# Ctrl-C inside one long loop (test_sigint_stops_inside_a_long_loop_and_the_rerun_resumes_there).
+@pytest.mark.slow
 def test_a_second_sigint_inside_a_long_loop_exits_at_once(digits32, tmp_path):
   """The second Ctrl-C does not wait for the loop, nor for the stop at the next step."""
   model_dir = tmp_path / "run"
