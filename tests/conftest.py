@@ -3,6 +3,7 @@
 import glob
 import json
 import os
+import re
 import socket
 import struct
 import subprocess
@@ -177,7 +178,6 @@ FINISHED_TRIAL_FILES = sorted([
 def trial_files(names) -> list[str]:
   """The kinds of files of a trial folder, from names relative to it, as FINISHED_TRIAL_FILES
   lists them (a resumed trial has an event file per run: one kind)."""
-  import re  # pylint: disable=g-import-not-at-top
   return sorted({re.sub(r"events\.out\.tfevents\..*", "events.out.tfevents.*", n) for n in names})
 
 
