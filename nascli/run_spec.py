@@ -43,6 +43,18 @@ class Architecture:
 
 
 @dataclasses.dataclass
+class ProxySettings:
+  """A proxy task's changes to a recipe (`search_proxy_task`'s candidates), applied after every
+  other source; each None keeps the recipe's value."""
+  # trainer.train_steps; every step count of the schedule (learning rate, warmup, checkpoint and
+  # validation intervals) scales with it, so a short proxy decays as the recipe does.
+  train_steps: int | None = None
+  image_size: int | None = None  # task.model.input_size [S, S, channels]
+  # The first ceil(fraction x n) of the n training files, sorted (Vertex's shard globs).
+  train_data_fraction: float | None = None
+
+
+@dataclasses.dataclass
 class RunSpec:
   """How a run's config is made, in Model Garden's order of precedence (tf_vision/params.py):
   experiment defaults -> stage 2's recipe -> the data -> config_files -> params_override ->
@@ -66,6 +78,7 @@ class RunSpec:
   # Stage 2: the search's recipe (tf_vision.configs.stage2.Recipe), beneath the user's sources;
   # never part of a search's settings (a search's trials have none).
   recipe: Any = None
+  proxy: ProxySettings | None = None
 
   def with_absolute_paths(self) -> "RunSpec":
     """The same run as a process in any working directory sees it (URLs stay as they are)."""
@@ -86,6 +99,9 @@ class TrialSettings:
   latency_weight: float = 0.07
   latency_runs: int = 20  # timed runs of the trained model's serving function (median)
   export_every_trial: bool = False  # each trial exports its SavedModel as it ends
+  # Evaluations spread over training besides the final one (TrainArgs.curve_points): the
+  # validation curves the proxy-task commands correlate; None: the final one only.
+  validation_curve_points: int | None = None
 
   def with_absolute_paths(self) -> "TrialSettings":
     return dataclasses.replace(self, run=self.run.with_absolute_paths())

@@ -32,6 +32,17 @@ class TrainArgs:
   # trainer.train_steps -> the step to stop at, short of it (an early-stopping rung): the
   # schedule stays that of train_steps (tf_vision.train_lib.run's stop_at_step).
   stop_at: Callable[[int], int] | None = None
+  # Evaluate about this many times as training goes, at whole training loops, besides the final
+  # evaluation: the validation curve (tf_vision.train_lib.CURVE_FILE). None: the final one only.
+  curve_points: int | None = None
+
+  def curve_interval(self, train_steps: int, steps_per_loop: int) -> int | None:
+    """The steps between the curve's evaluations: train_steps / curve_points, rounded up to
+    whole loops."""
+    if not self.curve_points:
+      return None
+    loop = max(1, steps_per_loop)
+    return max(loop, -(-train_steps // (self.curve_points * loop)) * loop)
 
 
 MODES = ("train", "train_and_eval", "train_and_post_eval")
@@ -225,7 +236,9 @@ def _train(args: TrainArgs, upload_to: str | None = None) -> dict:
         on_loop=display.on_loop,
         on_resume=lambda step: stderr.print(f"resuming from the checkpoint at step {step}"),
         keep_model=args.keep_model,
-        stop_at_step=args.stop_at(params.trainer.train_steps) if args.stop_at else None)
+        stop_at_step=args.stop_at(params.trainer.train_steps) if args.stop_at else None,
+        curve_interval=args.curve_interval(params.trainer.train_steps,
+                                           params.trainer.steps_per_loop))
   if upload_to:
     stderr.print(f"uploading {model_dir} to {upload_to}")
     upload_model_dir(model_dir, upload_to)

@@ -177,3 +177,30 @@ def test_docker_flags_set_the_trials_run(tmp_path):
   assert (run.params_override, run.experiment, run.config_files) == (
       "trainer.train_steps=5", "e", ["a.yaml", "b.yaml"])
   assert (run.data.training_data_path, run.data.validation_data_path) == ("/t-*", "/v-*")
+
+
+def test_a_proxy_task_shortens_the_recipe_shrinks_the_images_and_takes_part_of_the_data(
+    data_root):
+  """run_spec.ProxySettings over the classification run: every step count scales with the
+  steps (the schedule decays as the recipe's does), the input size and the training files
+  change, the validation data does not."""
+  # pylint: disable=g-import-not-at-top
+  from nascli import training
+  from nascli.run_spec import ProxySettings
+  args = _runs(data_root)["classification"]
+  full = training.plan(args).params
+  proxy = ProxySettings(train_steps=15, image_size=24, train_data_fraction=0.5)
+  short = training.plan(dataclasses.replace(args, run=dataclasses.replace(
+      args.run, proxy=proxy))).params
+  lr, short_lr = (p.trainer.optimizer_config.learning_rate for p in (full, short))
+  assert (full.trainer.train_steps, short.trainer.train_steps) == (30, 15)
+  assert short_lr.cosine.decay_steps * 2 == lr.cosine.decay_steps == 100
+  assert short.trainer.steps_per_loop * 2 == full.trainer.steps_per_loop
+  assert list(short.task.model.input_size) == [24, 24, 3]
+  assert full.task.train_data.input_path.endswith("train-*-of-00002.tfrecord")
+  assert short.task.train_data.input_path == full.task.train_data.input_path.replace(
+      "*", "00000")
+  assert short.task.validation_data.input_path == full.task.validation_data.input_path
+  with pytest.raises(NascliError, match="the proxy task: train_data_fraction must be in"):
+    training.plan(dataclasses.replace(args, run=dataclasses.replace(
+        args.run, proxy=ProxySettings(train_data_fraction=1.5))))

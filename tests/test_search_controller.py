@@ -523,3 +523,50 @@ def test_register_algorithm_adds_a_name():
                                                'reinforce', 'tpe']
   with pytest.raises(KeyError, match='registered twice'):
     controller_lib.register_algorithm('random')(lambda seed: None)
+
+
+def test_fixed_proposes_its_dnas_in_order_each_pass_with_the_next_seeds():
+  """The proxy-task commands' internal algorithm: repeats are trials, each with its run seed;
+  without `repeat` it ends after one pass; it is not a --search_algorithm choice."""
+  dnas = [[0, 1, 2, 0], [3, 2, 1, 1]]
+  ctl = Controller(SPACE, 'fixed', 7, dnas=dnas, seeds=[10, 20], repeat=True, **CHEAP)
+  got = [ctl.propose_trial() for _ in range(5)]
+  assert [list(p.dna) for p in got] == [dnas[0], dnas[1], dnas[0], dnas[1], dnas[0]]
+  assert [p.seed for p in got] == [10, 20, 11, 21, 12]
+  assert got[0].nas_params == {'dna': '[0, 1, 2, 0]'}
+  once = Controller(SPACE, 'fixed', 7, dnas=dnas, **CHEAP)
+  assert [once.propose_trial().seed for _ in range(2)] == [7, 7]
+  assert once.propose_trial() is None and once.exhausted
+  assert 'fixed' not in controller_lib.known_algorithms()
+  # Other algorithms' trials keep the search's seed (None) and are never repeats.
+  plain = Controller(SPACE, 'random', 0, **CHEAP)
+  first = plain.propose_trial()
+  assert first.seed is None and plain.propose_trial([first.dna]).dna != first.dna
+
+
+def test_fixed_rebuilds_from_its_journal_with_repeats_fed_back():
+  """Two passes over one DNA, the first run's rewards fed back: the rebuilt controller's next
+  proposal is the uninterrupted one's (same DNA, seed + 2)."""
+  options = dict(dnas=[[1, 1, 1, 1]], repeat=True, **CHEAP)
+  ctl = Controller(SPACE, 'fixed', 3, **options)
+  events = []
+  for trial in ('1', '2'):
+    proposal = ctl.propose_trial()
+    events.append({'event': 'proposed', 'trial_id': trial, 'dna': list(proposal.dna),
+                   'seed': proposal.seed})
+    ctl.feedback(proposal.dna, 0.5)
+    events.append({'event': 'completed', 'trial_id': trial, 'reward': 0.5})
+  rebuilt = Controller.rebuild(SPACE, 'fixed', 3, events, **options)
+  assert rebuilt.propose_trial() == ctl.propose_trial() == (
+      (1, 1, 1, 1), {'dna': '[1, 1, 1, 1]'}, 5)
+
+
+@pytest.mark.parametrize('options,message', [
+    ({}, 'dnas must be a non-empty list of DNAs'),
+    ({'dnas': [[0, 0, 0, 0]], 'seeds': [1, 2]}, 'seeds must be 1 integers'),
+    ({'dnas': [[0, 0, 0, 0]], 'repeat': 'yes'}, 'repeat'),
+    ({'dnas': [[0, 0, 0, 0]], 'population_size': 3}, 'population_size'),
+])
+def test_fixed_refuses_bad_options(options, message):
+  with pytest.raises(NascliError, match=message):
+    Controller(SPACE, 'fixed', 0, **options, **CHEAP)

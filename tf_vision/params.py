@@ -13,6 +13,7 @@ The sources are the run contract, nascli/run_spec.py's RunSpec.
 
 import dataclasses
 import json
+import math
 import os
 from typing import Any
 
@@ -331,6 +332,8 @@ def build(spec: BuildSpec) -> RunPlan:
                         f" --{'training' if split == 'train_data' else 'validation'}_data_path")
   validation_records = int((info or {}).get("splits", {}).get("validation", {}).get(
       "num_records", 0))
+  if run.proxy:
+    train_records = _apply_proxy(params, run.proxy, explicit, train_records, notes)
   if run.recipe:
     sized = bool(run.recipe.epochs and train_records)
     if sized:
@@ -365,6 +368,52 @@ def build(spec: BuildSpec) -> RunPlan:
   return RunPlan(params=params, experiment=name, steps_per_epoch=steps_per_epoch,
                  dataset_info=info, notes=notes, warnings=warnings,
                  recipe_lines=recipe_lines, ground_truth=ground_truth)
+
+
+def _apply_proxy(params: cfg.ExperimentConfig, proxy: Any, explicit: dict[str, str],
+                 train_records: int, notes: list[str]) -> int:
+  """A proxy task's changes (run_spec.ProxySettings); returns the training records it keeps."""
+  what = "the proxy task"
+  if proxy.train_steps is not None:
+    if proxy.train_steps < 1:
+      raise NascliError(f"{what}: train_steps must be at least 1, got {proxy.train_steps}")
+    ratio = proxy.train_steps / params.trainer.train_steps
+    params.trainer.train_steps = proxy.train_steps
+    # Every step count, the recipe's own included: a proxy is the recipe, shortened. The loop
+    # shrinks with it, and the intervals stay whole loops (checkpoints fall on loop ends).
+    stage2.stretch_schedule(params, ratio, set())
+    trainer = params.trainer
+    loop = min(proxy.train_steps, max(1, round(trainer.steps_per_loop * ratio)))
+    trainer.steps_per_loop = loop
+    trainer.summary_interval = loop
+    for key in ("trainer.train_steps", "trainer.steps_per_loop", "trainer.summary_interval"):
+      explicit[key] = what
+    for key in stage2.STRETCHED_INTERVALS:
+      field = key.rpartition(".")[2]
+      setattr(trainer, field, max(loop, round(getattr(trainer, field) / loop) * loop))
+      explicit[key] = what
+  if proxy.image_size is not None:
+    if proxy.image_size < 1:
+      raise NascliError(f"{what}: image_size must be at least 1, got {proxy.image_size}")
+    channels = list(params.task.model.input_size)[2:] or [3]
+    params.task.model.input_size = [proxy.image_size, proxy.image_size] + channels
+    explicit["task.model.input_size"] = what
+  fraction = proxy.train_data_fraction
+  if fraction is not None:
+    if not 0 < fraction <= 1:
+      raise NascliError(f"{what}: train_data_fraction must be in (0, 1], got {fraction}")
+    pattern = params.task.train_data.input_path
+    patterns = pattern if isinstance(pattern, (list, tuple)) else str(pattern).split(",")
+    files = sorted({f for p in patterns if p.strip() for f in storage.glob(p.strip())})
+    if not files:
+      raise NascliError(f"{what}: the training data {pattern} matches no files")
+    kept = files[:max(1, math.ceil(fraction * len(files)))]
+    params.task.train_data.input_path = ",".join(kept)
+    explicit["task.train_data.input_path"] = what
+    notes.append(f"{what}: training on {len(kept)} of {len(files)} training files"
+                 f" (fraction {fraction:g})")
+    train_records = round(train_records * len(kept) / len(files))
+  return train_records
 
 
 def _complete(params: cfg.ExperimentConfig, spec: BuildSpec,

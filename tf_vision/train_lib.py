@@ -41,6 +41,9 @@ from tf_vision.optimization import wrappers
 
 LOG_FILE = "log"
 METRICS_FILE = "train_metrics.jsonl"
+# {"step": S, metric: value, ...} per evaluation during training (`curve_interval`), then the
+# final evaluation's: the validation curve the proxy-task commands read without TensorFlow.
+CURVE_FILE = "validation_curve.jsonl"
 _LOG_LINE = re.compile(r"^epoch: (\d+) step: (\d+), loss is \S+$")
 
 
@@ -243,11 +246,13 @@ def run(params: cfg.ExperimentConfig, model_dir: str, strategy: tf.distribute.St
         mode: str = "train_and_eval", steps_per_epoch: int = 0,
         on_loop: Callable[[LoopReport], None] = lambda report: None,
         on_resume: Callable[[int], None] = lambda step: None, keep_model: bool = False,
-        stop_at_step: int | None = None) -> dict:
+        stop_at_step: int | None = None, curve_interval: int | None = None) -> dict:
   """Trains (and evaluates) `params` in `model_dir`; resumes from its latest checkpoint.
 
   `stop_at_step` ends training at that step
   instead of train_steps, which still sets the schedule; the run then ends `paused`.
+  `curve_interval` (with mode train_and_post_eval) also evaluates every that many steps as it
+  trains; every evaluation, the final one included, is a line of CURVE_FILE.
 
   Returns {"status" (completed, or paused), "step", "resumed_from", "train_steps",
   "eval_metrics", "seconds", "num_replicas", "loops" ([steps, seconds] per train loop),
@@ -276,8 +281,9 @@ def run(params: cfg.ExperimentConfig, model_dir: str, strategy: tf.distribute.St
   step_log.truncate_after(resumed_from)
   if resumed_from:
     on_resume(resumed_from)
-    if chief and os.path.exists(os.path.join(model_dir, METRICS_FILE)):
-      _truncate_jsonl(os.path.join(model_dir, METRICS_FILE), resumed_from)
+    for name in (METRICS_FILE, CURVE_FILE):
+      if chief and os.path.exists(os.path.join(model_dir, name)):
+        _truncate_jsonl(os.path.join(model_dir, name), resumed_from)
   if chief:
     job_status.write(model_dir, job_status.RUNNING, step=resumed_from)
   start = time.monotonic()
@@ -330,6 +336,13 @@ def run(params: cfg.ExperimentConfig, model_dir: str, strategy: tf.distribute.St
       with self.strategy.scope():
         if self._mode == "train":
           self.controller.train(steps=train_to)
+        elif curve_interval:  # the curve's evaluations; the final one is eval_lib's, below
+          last = (train_to - 1) // curve_interval * curve_interval
+          if last > int(self.trainer.global_step.numpy()):
+            self.controller.train_and_evaluate(
+                train_steps=last, eval_steps=params.trainer.validation_steps,
+                eval_interval=curve_interval)
+          self.controller.train(steps=train_to)
         else:
           self.controller.train_and_evaluate(
               train_steps=train_to,
@@ -359,6 +372,9 @@ def run(params: cfg.ExperimentConfig, model_dir: str, strategy: tf.distribute.St
                           params.task.train_data.global_batch_size, model_dir, on_loop, chief,
                           params.trainer.loss_upper_bound)
       state.action = action
+      if curve_interval and chief:
+        eval_actions = [lambda logs: _append_curve(model_dir, self.trainer.global_step, logs)
+                        ] + list(eval_actions or [])
       return super()._build_controller(
           trainer, evaluator, save_summary=save_summary,
           train_actions=[action] + list(train_actions or []), eval_actions=eval_actions,
@@ -380,9 +396,11 @@ def run(params: cfg.ExperimentConfig, model_dir: str, strategy: tf.distribute.St
       # The final evaluation goes through eval_lib, the code `nascli eval` runs, so the number a
       # run reports is the number its checkpoint gives later (Model Garden's in-trainer post-eval
       # can differ in the last digit through graph-level numerics).
-      runner = _Runner(distribution_strategy=strategy, task=task,
-                       mode="train" if mode == "train_and_post_eval" else mode, params=params,
-                       model_dir=model_dir)
+      runner_mode = mode
+      if mode == "train_and_post_eval":  # its final evaluation is eval_lib's
+        runner_mode = "train_and_eval" if curve_interval else "train"
+      runner = _Runner(distribution_strategy=strategy, task=task, mode=runner_mode,
+                       params=params, model_dir=model_dir)
       state.runner = runner
       thor.maybe_attach_thor(runner.trainer.model, runner.trainer.optimizer)  # THOR (issue 6)
       if "train" in mode:
@@ -406,6 +424,8 @@ def run(params: cfg.ExperimentConfig, model_dir: str, strategy: tf.distribute.St
             summary_dir=os.path.join(model_dir, params.trainer.validation_summary_subdir)
             if chief else None, trained=trained)["metrics"]
         eval_seconds = time.monotonic() - eval_start
+        if curve_interval and chief:
+          _append_curve(model_dir, step, eval_logs)
     except KeyboardInterrupt as e:  # interrupts.Interrupted too: SIGINT and SIGTERM
       raise _stop_interrupted(e, state, strategy) from None
     except NonFiniteLossError as e:
@@ -491,6 +511,15 @@ def _stop_interrupted(error: KeyboardInterrupt, state: _RunState,
   resume = (f"run the same command again to resume from step {resume_step}" if resume_step
             else "run the same command again to start it over")
   return interrupts.Interrupted.of(error, what=what, resume=resume)
+
+
+def _append_curve(model_dir: str, step: Any, logs: dict) -> None:
+  """One evaluation as a line of CURVE_FILE: the step and the numeric metrics."""
+  line = {"step": int(step.numpy() if hasattr(step, "numpy") else step)}
+  line.update({k: v for k, v in ((k, _scalar(v)) for k, v in (logs or {}).items())
+               if v is not None})
+  with open(os.path.join(model_dir, CURVE_FILE), "a", encoding="utf-8") as f:
+    f.write(json.dumps(line) + "\n")
 
 
 def _truncate_jsonl(path: str, step: int) -> None:

@@ -26,7 +26,8 @@ from __future__ import annotations
 
 import collections
 import dataclasses
-from typing import Any, Callable, Iterable, Mapping
+import itertools
+from typing import Any, Callable, Iterable, Mapping, NamedTuple
 
 import pyglove as pg
 
@@ -34,6 +35,16 @@ from nascli.errors import NascliError
 
 Dna = tuple[int | float, ...]
 Reward = float | tuple[float, ...]
+
+
+class Proposed(NamedTuple):
+  """A trial the controller proposes: its DNA, its nas_params, and its run seed (None: the
+  search's --seed)."""
+  dna: Dna
+  nas_params: dict[str, Any]
+  seed: int | None = None
+
+
 # (space, dna) -> Vertex's nas_params object, e.g. {"blocks[0].kernel_size": "0/2 (3)"}.
 ToNasParams = Callable[[Any, pg.DNA], dict[str, Any]]
 
@@ -49,13 +60,18 @@ _REPLAY_MAX_ATTEMPTS = 10_000
 _ALGORITHMS: dict[str, Callable[..., pg.DNAGenerator]] = {}
 # name -> (fewest, most) objectives it optimizes; most None: any number.
 _OBJECTIVES: dict[str, tuple[int, int | None]] = {}
+# Algorithms whose repeated proposals are trials of their own (`propose_trial`).
+_REPEATS: set[str] = set()
+# Algorithms the commands build for themselves, never a --search_algorithm.
+_INTERNAL: set[str] = set()
 
 
 class ReplayMismatchError(NascliError):
   """The rebuilt controller proposes other DNAs than the journal recorded."""
 
 
-def register_algorithm(name: str, objectives: tuple[int, int | None] = (1, 1)
+def register_algorithm(name: str, objectives: tuple[int, int | None] = (1, 1), *,
+                       repeats: bool = False, internal: bool = False
                        ) -> Callable[[Callable[..., pg.DNAGenerator]],
                                      Callable[..., pg.DNAGenerator]]:
   """Registers `factory(seed, **options) -> pg.DNAGenerator` as search algorithm `name`.
@@ -68,18 +84,27 @@ def register_algorithm(name: str, objectives: tuple[int, int | None] = (1, 1)
     objectives: (fewest, most) objectives it optimizes, most None for any number. An
       algorithm that can take more than one is also passed `num_objectives=` (its rewards
       are then tuples of that length).
+    repeats: a proposal of an architecture proposed before is a trial too (the same model
+      trained again, e.g. with another seed), not a duplicate to skip.
+    internal: built by a command for itself (the proxy-task commands), not listed among the
+      --search_algorithm choices.
   """
   def decorator(factory):
     if name in _ALGORITHMS:
       raise KeyError(f'search algorithm {name!r} is registered twice')
     _ALGORITHMS[name] = factory
     _OBJECTIVES[name] = objectives
+    if repeats:
+      _REPEATS.add(name)
+    if internal:
+      _INTERNAL.add(name)
     return factory
   return decorator
 
 
 def known_algorithms() -> list[str]:
-  return sorted(_ALGORITHMS)
+  """The --search_algorithm choices."""
+  return sorted(set(_ALGORITHMS) - _INTERNAL)
 
 
 def _check_name(name: str) -> None:
@@ -196,6 +221,42 @@ def _nsga2(seed: int, num_objectives: int, **options: Any) -> pg.DNAGenerator:
                            options.get('population_size', DEFAULT_NSGA2_POPULATION_SIZE), 2)
   return pg.evolution.nsga2(mutator=pg.evolution.mutators.Uniform(seed=seed),
                             population_size=population, seed=seed)
+
+
+FIXED = 'fixed'
+
+
+@register_algorithm(FIXED, objectives=(1, None), repeats=True, internal=True)
+def _fixed(seed: int, num_objectives: int = 1, **options: Any) -> pg.DNAGenerator:
+  """The architectures `dnas` (DNA numbers) in order, each trained with its run seed from
+  `seeds` (default: the search's seed); with `repeat`, the list again and again, each pass's
+  seeds one more than the last. Proposal i is dnas[i % n] with seed seeds[i % n] + i // n: the
+  reference models of a proxy-task study under a candidate proxy, or one model trained with
+  seeds s, s + 1, ... Rewards teach it nothing."""
+  del num_objectives
+  _reject_options(FIXED, options, ('dnas', 'seeds', 'repeat'))
+  dnas = options.get('dnas')
+  if not isinstance(dnas, (list, tuple)) or not dnas or not all(
+      isinstance(d, (list, tuple)) for d in dnas):
+    raise NascliError(f'search algorithm {FIXED!r}: dnas must be a non-empty list of DNAs'
+                      f' (lists of numbers), got {dnas!r}')
+  seeds = options.get('seeds', [seed] * len(dnas))
+  if (not isinstance(seeds, (list, tuple)) or len(seeds) != len(dnas)
+      or any(isinstance(s, bool) or not isinstance(s, int) for s in seeds)):
+    raise NascliError(f'search algorithm {FIXED!r}: seeds must be {len(dnas)} integers, one'
+                      f' per DNA, got {seeds!r}')
+  repeat = _bool_option(FIXED, 'repeat', options.get('repeat', False))
+
+  @pg.geno.dna_generator
+  def listed(dna_spec: pg.DNASpec):
+    passes = itertools.count() if repeat else range(1)
+    for n in passes:
+      for numbers, run_seed in zip(dnas, seeds):
+        dna = pg.DNA.from_numbers(list(numbers), dna_spec)
+        dna.set_metadata('seed', int(run_seed) + n)
+        yield dna
+
+  return listed()
 
 
 def dna_key(dna: pg.DNA | Iterable[int | float]) -> Dna:
@@ -403,6 +464,25 @@ class Controller:
     key, dna = self._raw_propose()
     self._accept(key, dna)
     return key, self._to_nas_params(self.space, dna)
+
+  def propose_trial(self, trained: Iterable[Dna] | None = None, max_attempts: int = 50
+                    ) -> Proposed | None:
+    """The next trial: `propose_new`'s proposal, or, for an algorithm whose repeats are trials
+    (`register_algorithm(repeats=True)`), its next proposal as it is; with the run seed the
+    algorithm gave it (None: the search's). None: nothing more to propose."""
+    if self.algorithm_name not in _REPEATS:
+      proposal = self.propose_new(trained, max_attempts)
+      return None if proposal is None else Proposed(*proposal, seed=None)
+    if self.exhausted:
+      return None
+    try:
+      key, dna = self._raw_propose()
+    except StopIteration:
+      self.exhausted = True
+      return None
+    self._accept(key, dna)
+    seed = dna.metadata.get('seed') if dna.metadata else None
+    return Proposed(key, self._to_nas_params(self.space, dna), seed)
 
   def propose_new(self, trained: Iterable[Dna] | None = None,
                   max_attempts: int = 50) -> tuple[Dna, dict[str, Any]] | None:

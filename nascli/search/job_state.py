@@ -79,6 +79,7 @@ class Proposal:
   trial_id: str
   dna: tuple[int | float, ...]
   nas_params: dict[str, Any]
+  seed: int | None = None  # its run's seed, where the controller gave one (else --seed)
 
 
 @dataclasses.dataclass
@@ -162,7 +163,11 @@ class JobState:
       dna = event.get('dna')
       if not isinstance(dna, list):
         raise bad(f'has no dna list for trial {trial}')
-      self.proposals[trial] = Proposal(trial, tuple(dna), dict(event.get('nas_params') or {}))
+      seed = event.get('seed')
+      if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
+        raise bad(f'has seed {seed!r} for trial {trial}, not an integer')
+      self.proposals[trial] = Proposal(trial, tuple(dna), dict(event.get('nas_params') or {}),
+                                       seed)
       self.status[trial] = PENDING
       self.attempts[trial] = 0
       return

@@ -112,6 +112,10 @@ class SearchArgs:
       del data["scheduler"]
     if self.objectives is None:
       del data["objectives"]
+    if self.trial.validation_curve_points is None:
+      del data["trial"]["validation_curve_points"]
+    if self.trial.run.proxy is None:
+      del data["trial"]["run"]["proxy"]
     return data
 
 
@@ -200,10 +204,13 @@ class SearchLoop:
 
   def _spec(self, proposal: journal_lib.Proposal,
             rung: trial_lib.RungSpec | None = None) -> TrialSpec:
+    trial = self.args.trial.with_absolute_paths()
+    if proposal.seed is not None:  # the controller's own seed for this trial's run
+      trial = dataclasses.replace(trial, run=dataclasses.replace(trial.run, seed=proposal.seed))
     return TrialSpec(
         job_dir=os.path.abspath(self.work_dir), trial_id=proposal.trial_id,
         search_space=self.args.search_space, nas_params=proposal.nas_params,
-        trial=self.args.trial.with_absolute_paths(), spawned_at=time.time(),
+        trial=trial, spawned_at=time.time(),
         search_space_module=self.args.search_space_module, rung=rung)
 
   def _rung_spec(self, state: journal_lib.JobState, trial_id: str) -> trial_lib.RungSpec | None:
@@ -518,14 +525,14 @@ class SearchLoop:
           if queue:
             trial_id = queue.pop(0)
           elif len(state.proposals) < a.max_nas_trial:
-            proposal = ctl.propose_new(state.dnas())
+            proposal = ctl.propose_trial(state.dnas())
             if proposal is None:
               stop_reason = "the controller proposes no new architecture (space exhausted)"
               break
             trial_id = state.next_trial_id()
-            dna, nas_params = proposal
-            self._append({"event": "proposed", "trial_id": trial_id, "dna": list(dna),
-                          "nas_params": nas_params})
+            self._append({"event": "proposed", "trial_id": trial_id,
+                          "dna": list(proposal.dna), "nas_params": proposal.nas_params,
+                          **({} if proposal.seed is None else {"seed": proposal.seed})})
           else:
             break
           self._start(state, trial_id, free.pop(0))

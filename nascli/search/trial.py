@@ -86,7 +86,8 @@ class TrialSpec:
     run = dataclasses.replace(self.trial.run, architecture=Architecture(
         self.search_space, self.nas_params, self.search_space_module))
     return training.TrainArgs(run=run, model_dir=self.trial_dir, keep_model=True,
-                              stop_at=self.rung.step if self.rung else None)
+                              stop_at=self.rung.step if self.rung else None,
+                              curve_points=self.trial.validation_curve_points)
 
   def space(self) -> Any:
     """The registry entry of the trial's space (its module imported and registered first)."""
