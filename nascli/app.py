@@ -81,7 +81,7 @@ def _register_commands() -> None:
   # pylint: disable=g-import-not-at-top
   from nascli.commands import build, convert_data, eval as eval_command, export, list_trials
   from nascli.commands import measure_proxy_task_variance, search, search_in_local
-  from nascli.commands import select_proxy_task_models, train
+  from nascli.commands import search_proxy_task, select_proxy_task_models, train
   add_command(convert_data.convert_data, "convert-data", _DATA_AND_MODELS)
   add_command(train.train, "train", _DATA_AND_MODELS)
   add_command(eval_command.evaluate, "eval", _DATA_AND_MODELS)
@@ -91,6 +91,7 @@ def _register_commands() -> None:
   add_command(list_trials.list_trials, "list_trials", _SEARCH)
   add_command(select_proxy_task_models.select_proxy_task_models, "select_proxy_task_models",
               _SEARCH)
+  add_command(search_proxy_task.search_proxy_task, "search_proxy_task", _SEARCH)
   add_command(measure_proxy_task_variance.measure_proxy_task_variance,
               "measure_proxy_task_variance", _SEARCH)
   add_command(build.build, "build", _IMAGES)

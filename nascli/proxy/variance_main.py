@@ -18,6 +18,7 @@ from typing import Any
 
 from nascli import storage
 from nascli.errors import NascliError
+from nascli.proxy import jobs
 from nascli.proxy import trial_curves
 from nascli.proxy import variance
 
@@ -43,33 +44,6 @@ def default_job_dir(search_job_dir: str, nas_params: Any = None) -> str:
     text = json.dumps(nas_params, sort_keys=True)
     name += "-" + hashlib.sha256(text.encode("utf-8")).hexdigest()[:8]
   return os.path.join(head, name)
-
-
-def architecture_dna(space_name: str, space_module: str | None, nas_params: Any,
-                     seed: int) -> list[int | float]:
-  """The DNA numbers of the measured architecture: `nas_params`, or without it the first
-  architecture random search proposes with `seed` (repeatable, and in the space)."""
-  # pylint: disable=g-import-not-at-top
-  from nascli.search import controller
-  from tf_vision.search_spaces import nas_params as nas_params_lib
-  from tf_vision.search_spaces import registry
-  space = registry.resolve_search_space(space_name, space_module).build()
-  if nas_params is None:
-    return list(controller.Controller(space, "random", seed).propose_new(set())[0])
-  return list(nas_params_lib.from_nas_params(space, nas_params).to_numbers())
-
-
-def job_rows(job_dir: str, flag: str) -> tuple[list[dict], Any]:
-  """(trial rows, journal state) of a nascli job dir; one line naming `flag` if it is none."""
-  # pylint: disable=g-import-not-at-top
-  from nascli.search import journal as journal_lib
-  from nascli.search import results
-  events = journal_lib.journal_for(job_dir).events()
-  if not events:
-    raise NascliError(f"{flag} {job_dir}: no search journal there (a search or proxy-task"
-                      " job dir)")
-  state = journal_lib.replay(events)
-  return results.trial_rows(job_dir, state), state
 
 
 def measure(job_dir: str, rows: list[dict], seeds: dict[str, int | None],
@@ -114,7 +88,7 @@ def measure(job_dir: str, rows: list[dict], seeds: dict[str, int | None],
       "verdict": None,
   }
   if settings.compare_with:
-    others = [r["accuracy"] for r in job_rows(settings.compare_with, "--compare_with")[0]
+    others = [r["accuracy"] for r in jobs.job_rows(settings.compare_with, "--compare_with")[0]
               if r["status"] == "completed" and r.get("accuracy") is not None]
     verdict = variance.noise_verdict(others, std)
     result["verdict"] = dict(dataclasses.asdict(verdict), compared_with=settings.compare_with,
@@ -131,12 +105,15 @@ def run(args, docker_flags: list[str] | None, settings: VarianceSettings,
   # pylint: disable=g-import-not-at-top
   from nascli.search import controller
   from nascli.search import local_main
-  dna = architecture_dna(args.search_space, args.search_space_module, settings.nas_params,
-                         args.seed)
+  if settings.nas_params is None:
+    dna = jobs.first_random_dna(args.search_space, args.search_space_module, args.seed)
+  else:
+    dna = jobs.architecture_dnas(args.search_space, args.search_space_module,
+                                 [settings.nas_params])[0]
   args.search_algorithm = controller.FIXED
   args.algorithm_options = {"dnas": [dna], "repeat": True}
   args.trial.validation_curve_points = settings.curve_points
   local_main.run(args, docker_flags, executor)
-  rows, state = job_rows(args.job_dir, "--local_output_dir")
+  rows, state = jobs.job_rows(args.job_dir, "--local_output_dir")
   seeds = {t: args.seed if p.seed is None else p.seed for t, p in state.proposals.items()}
   return measure(args.job_dir, rows, seeds, settings)

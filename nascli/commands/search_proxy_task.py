@@ -1,0 +1,181 @@
+"""`nascli search_proxy_task`: Vertex AI NAS's search for the cheapest trustworthy proxy task.
+
+Candidates are the reference recipe of a `select_proxy_task_models` job shortened to
+--proxy_train_steps, on --proxy_image_sizes and --proxy_train_data_fractions (every
+combination), tried cheapest first. Each trains the selected models; it succeeds when Kendall's
+tau of its scores against the reference scores meets --desired_accuracy_correlation (and its
+latencies' --desired_latency_correlation). The cheapest success is written as proxy_task.yaml,
+for `search_in_local --config_file`.
+"""
+
+import contextlib
+import json
+import sys
+from typing import Annotated, Optional
+
+import typer
+from rich.table import Table
+
+from nascli import console
+from nascli import storage
+from nascli.commands import ray_flags as r
+from nascli.commands import search_flags as f
+from nascli.commands.options import flag
+from nascli.errors import NascliError
+
+# nascli.proxy's defaults (Vertex's), spelled out so that the CLI loads no numpy;
+# tests/test_search_proxy_task.py asserts that they agree.
+DEFAULT_TRAIN_STEPS = "10%,25%,50%"
+DESIRED_CORRELATION = 0.65
+TRAINING_TIME_HRS_LIMIT = 3.0
+
+SelectionDir = Annotated[str, typer.Option(
+    *flag("proxy_task_model_selection_dir"), help="The select_proxy_task_models job dir: its"
+    " models, their reference scores and its recipe (Vertex's"
+    " --proxy_task_model_selection_job_id).")]
+TrainSteps = Annotated[str, typer.Option(
+    *flag("proxy_train_steps"), help="Candidate train steps, comma-separated: counts or shares"
+    " of the reference's (the schedule shrinks with them).")]
+ImageSizes = Annotated[Optional[str], typer.Option(
+    *flag("proxy_image_sizes"), help="Candidate image sizes in pixels, comma-separated"
+    " (default: the reference's).")]
+DataFractions = Annotated[str, typer.Option(
+    *flag("proxy_train_data_fractions"), help="Candidate fractions of the training files,"
+    " comma-separated (Vertex's example: 0.25,0.5,0.75,0.95).")]
+Correlation = Annotated[Optional[float], typer.Option(
+    *flag("desired_accuracy_correlation"), help="Kendall tau a proxy's scores must reach"
+    " against the reference's.")]
+LatencyCorrelation = Annotated[Optional[float], typer.Option(
+    *flag("desired_latency_correlation"), help="Kendall tau its latencies must reach.")]
+DesiredAccuracy = Annotated[Optional[float], typer.Option(
+    *flag("desired_accuracy"), help="Or: a median score that makes a proxy good enough.")]
+TimeLimit = Annotated[Optional[float], typer.Option(
+    *flag("training_time_hrs_limit"), help="A candidate whose model training costs this many"
+    " hours (estimated, then measured) fails.")]
+EarlyStop = Annotated[bool, typer.Option(
+    "--early_stop_proxy_task_if_not_best/--no_early_stop_proxy_task_if_not_best",
+    "--early-stop-proxy-task-if-not-best/--no-early-stop-proxy-task-if-not-best",
+    help="Skip a candidate that cannot be cheaper than the best success so far.")]
+PreviousDir = Annotated[Optional[str], typer.Option(
+    *flag("previous_proxy_task_search_dir"), help="Resume (or add candidates to) this job"
+    " (Vertex's flag; the same as --local_output_dir).")]
+
+
+def search_proxy_task(
+    proxy_task_model_selection_dir: SelectionDir,
+    proxy_train_steps: TrainSteps = DEFAULT_TRAIN_STEPS,
+    proxy_image_sizes: ImageSizes = None,
+    proxy_train_data_fractions: DataFractions = "1",
+    desired_accuracy_correlation: Correlation = DESIRED_CORRELATION,
+    desired_latency_correlation: LatencyCorrelation = DESIRED_CORRELATION,
+    desired_accuracy: DesiredAccuracy = None,
+    training_time_hrs_limit: TimeLimit = TRAINING_TIME_HRS_LIMIT,
+    early_stop_proxy_task_if_not_best: EarlyStop = True,
+    seed: Annotated[int, typer.Option(
+        *flag("seed"), help="Every candidate's trainings' seed.")] = 0,
+    max_parallel_nas_trial: f.MaxParallel = 1,
+    local_output_dir: f.OutputDir = None,
+    previous_proxy_task_search_dir: PreviousDir = None,
+    overwrite: f.Overwrite = False,
+    trial_isolation: f.TrialIsolation = "worker",
+    max_trials_per_worker: f.MaxTrialsPerWorker = 10,
+    trial_timeout: f.TrialTimeout = None,
+    ray_address: r.RayAddress = None,
+    num_cpus_per_trial: r.CpusPerTrial = 1.0,
+    num_gpus_per_trial: r.GpusPerTrial = 0.0,
+    max_trial_retries: r.MaxTrialRetries = 2,
+    runtime_env: r.RuntimeEnv = None,
+    container_image: r.ContainerImage = None,
+    ray_num_cpus: r.RayNumCpus = None,
+    ray_temp_dir: r.RayTempDir = None,
+    as_json: f.AsJson = False,
+) -> None:
+  """Find the cheapest proxy task (train steps, image size, data fraction) whose scores rank
+  the selected reference models as their reference training does; writes it as a YAML for
+  search_in_local --config_file. Journaled and resumable; on Ray with --ray_address."""
+  # pylint: disable=g-import-not-at-top
+  from nascli.proxy import jobs
+  from nascli.proxy import proxy_search
+  from nascli.proxy import proxy_search_main as main
+  if previous_proxy_task_search_dir:
+    if local_output_dir and local_output_dir != previous_proxy_task_search_dir:
+      raise NascliError("--previous_proxy_task_search_dir and --local_output_dir name"
+                        " different jobs; give one")
+    local_output_dir = previous_proxy_task_search_dir
+  proxy_search.parse_train_steps(proxy_train_steps)  # the syntax, before anything runs
+  proxy_search.parse_image_sizes(proxy_image_sizes)
+  proxy_search.parse_data_fractions(proxy_train_data_fractions)
+  for name, value in (("desired_accuracy_correlation", desired_accuracy_correlation),
+                      ("desired_latency_correlation", desired_latency_correlation)):
+    if value is not None and not -1 <= value <= 1:
+      raise NascliError(f"--{name} must be a Kendall tau in [-1, 1], got {value}")
+  if training_time_hrs_limit is not None and training_time_hrs_limit <= 0:
+    raise NascliError(f"--training_time_hrs_limit must be > 0, got {training_time_hrs_limit}")
+  if not storage.exists(proxy_task_model_selection_dir):
+    raise NascliError(f"--proxy_task_model_selection_dir {proxy_task_model_selection_dir}"
+                      " does not exist")
+  space = jobs.job_settings(proxy_task_model_selection_dir, "--proxy_task_model_selection_dir")
+  # The engine's shared flags; the recipe, the space and the models come from the selection.
+  values = dict(locals(), prebuilt_search_space=space.get("search_space", "mnasnet"),
+                search_space_module=space.get("search_space_module"),
+                search_algorithm="random", max_nas_trial=1, max_failed_nas_trial=None,
+                target_device_latency_ms=None, latency_constraint="soft", latency_weight=0.07,
+                population_size=None, tournament_size=None, export_top_k=0,
+                export_every_trial=False, objectives=None, early_stopping="none",
+                min_steps=None, reduction_factor=None, search_docker_flags=None,
+                experiment=None, config_file=None, params_override=None,
+                training_data_path=None, validation_data_path=None, dataset_dir=None)
+  f.check(values)  # before Ray, pyglove and TensorFlow are imported
+  if not local_output_dir:
+    values["local_output_dir"] = main.default_job_dir(proxy_task_model_selection_dir)
+    print(f"job dir: {values['local_output_dir']} (the default beside the model selection;"
+          " --local_output_dir to choose)", file=sys.stderr, flush=True)
+  env = r.check(values) if ray_address else None
+  settings = main.ProxySearchSettings(
+      model_selection_dir=proxy_task_model_selection_dir, train_steps=proxy_train_steps,
+      image_sizes=proxy_image_sizes, train_data_fractions=proxy_train_data_fractions,
+      targets=proxy_search.Targets(
+          desired_accuracy_correlation=desired_accuracy_correlation,
+          desired_accuracy=desired_accuracy,
+          desired_latency_correlation=desired_latency_correlation,
+          training_time_hrs_limit=training_time_hrs_limit,
+          early_stop_proxy_task_if_not_best=early_stop_proxy_task_if_not_best))
+  with f.interrupt_described(values):
+    args = f.from_flags(values, max_trial_retries=max_trial_retries)
+    make_executor = (lambda: r.executor(values, env)) if ray_address else None
+    with contextlib.redirect_stdout(sys.stderr):  # each candidate's trial table: progress
+      result = main.run(args, settings, make_executor,
+                        progress=lambda line: print(line, file=sys.stderr, flush=True))
+  _print(result, as_json)
+
+
+def _tau(correlation) -> str:
+  if not correlation:
+    return "-"
+  return "n/a" if correlation["tau"] is None else f"{correlation['tau']:.3f}"
+
+
+def _print(result: dict, as_json: bool) -> None:
+  if as_json:
+    print(json.dumps(result, indent=2))
+    return
+  table = Table(title=f"{result['job_dir']}: proxy candidates against"
+                f" {result['reference']['models']} reference models")
+  for column in ("candidate", "status", "accuracy tau", "latency tau", "median "
+                 + result["accuracy_metric"], "cost (min)", "reason"):
+    table.add_column(column)
+  for c in result["candidates"]:
+    cost = "-" if c["cost_hours"] is None else f"{c['cost_hours'] * 60:.2f}"
+    median = "-" if c["median_accuracy"] is None else f"{c['median_accuracy']:.4f}"
+    table.add_row(c["name"], c["status"], _tau(c["accuracy_correlation"]),
+                  _tau(c["latency_correlation"]), median, cost, c["reason"])
+  out = console.stdout()
+  out.print(table)
+  if result["chosen"]:
+    out.print(f"chosen proxy: {result['chosen']}; use it with `nascli search_in_local"
+              f" --config_file {result['proxy_task_yaml']}`", highlight=False)
+  else:
+    out.print("no candidate met the targets: add longer candidates (--proxy_train_steps) or"
+              " relax --desired_accuracy_correlation", highlight=False)
+  print(f"written to {result['job_dir']}/search_controller_state.json and"
+        f" proxy_task_search.png", file=sys.stderr)

@@ -1,0 +1,277 @@
+"""`search_proxy_task`: candidate proxies, each a search job over the selected reference models.
+
+Each candidate is a job of its own under JOB_DIR/candidates/<name>: the internal `fixed`
+algorithm trains the selected models' architectures (one trial each, the job's seed) with the
+selection job's reference recipe changed by the candidate (run_spec.ProxySettings), every trial
+evaluating along its training. The engine makes it journaled and resumable, on warm workers or
+Ray. The decisions (order, skips, success) are nascli.proxy.proxy_search's pure functions, so a
+rerun after a kill trains nothing already trained and decides the same; it then writes:
+
+- JOB_DIR/search_controller_state.json (Vertex's SEARCH_CONTROLLER_STATE.json): every
+  candidate with its taus, cost, status and reason, and the chosen one;
+- JOB_DIR/proxy_task.yaml: the chosen candidate's training config (the first trial's
+  params.yaml less the architecture and, unless the candidate took a part of it, the data),
+  which `search_in_local --config_file` takes as it is;
+- JOB_DIR/proxy_task_search.png: each candidate's tau against its cost.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import io
+import json
+import math
+import os
+from typing import Any, Callable
+
+import yaml
+
+from nascli import storage
+from nascli.errors import NascliError
+from nascli.proxy import jobs
+from nascli.proxy import model_selection_main
+from nascli.proxy import proxy_search
+from nascli.proxy import trial_curves
+from nascli.run_spec import ProxySettings, TrialSettings, from_dict
+from tf_vision.configs import yaml_source
+
+STATE_FILE = "search_controller_state.json"
+PROXY_YAML = "proxy_task.yaml"
+PLOT_FILE = "proxy_task_search.png"
+CANDIDATES_DIR = "candidates"
+CURVE_POINTS = 10  # evaluations along each candidate's trainings (the per-step taus)
+# The architecture's keys: the search sets them per trial from nas_params.
+_ARCHITECTURE_KEY = "block_specs_json"
+_TRAIN_PATH = ("task", "train_data", "input_path")
+_DATA_PATHS = (_TRAIN_PATH, ("task", "validation_data", "input_path"))
+
+
+@dataclasses.dataclass(frozen=True)
+class ProxySearchSettings:
+  """What the command adds to the engine's flags, declared once."""
+  model_selection_dir: str
+  train_steps: str = proxy_search.DEFAULT_TRAIN_STEPS
+  image_sizes: str | None = None  # None: the reference's
+  train_data_fractions: str = "1"
+  targets: proxy_search.Targets = proxy_search.Targets()
+
+
+def default_job_dir(model_selection_dir: str) -> str:
+  """runs/proxy_search_<x> beside a selection job runs/proxy_models_<x>."""
+  head, name = os.path.split(os.path.normpath(model_selection_dir))
+  return os.path.join(head, "proxy_search_" + name.removeprefix("proxy_models_"))
+
+
+@dataclasses.dataclass(frozen=True)
+class Reference:
+  """The selection job: its models, its recipe and what it cost."""
+  models: list[dict]
+  accuracy_metric: str
+  search_space: str
+  search_space_module: str | None
+  trial: TrialSettings
+  train_steps: int
+  image_size: int
+  seconds_per_step: float | None  # the median reference model's
+
+
+def read_reference(selection_dir: str) -> Reference:
+  flag = "--proxy_task_model_selection_dir"
+  if not storage.exists(selection_dir):
+    raise NascliError(f"{flag} {selection_dir} does not exist")
+  selection = model_selection_main.read(selection_dir)
+  settings = jobs.job_settings(selection_dir, flag)
+  models = selection["models"]
+  params_path = storage.join(models[0]["trial_dir"], "params.yaml")
+  if not storage.exists(params_path):
+    raise NascliError(f"{flag} {selection_dir}: trial {models[0]['trial_id']} has no"
+                      " params.yaml (was the job dir moved?)")
+  params = yaml_source.load_yaml_source(params_path, "the reference trial's params.yaml")
+  speeds = [trial_curves.seconds_per_step(m["trial_dir"]) for m in models]
+  middle = proxy_search.median_model([m["accuracy"] for m in models])
+  return Reference(
+      models=models, accuracy_metric=selection["accuracy_metric"] or "accuracy",
+      search_space=settings["search_space"],
+      search_space_module=settings.get("search_space_module"),
+      trial=from_dict(TrialSettings, settings["trial"], "the selection job's trial settings"),
+      train_steps=int(params["trainer"]["train_steps"]),
+      image_size=int(params["task"]["model"]["input_size"][0]),
+      seconds_per_step=None if middle is None else speeds[middle])
+
+
+def candidate_args(base, job_dir: str, reference: Reference, candidate: proxy_search.Candidate,
+                   dnas: list[list[int | float]]):
+  """The search job of one candidate: the reference models under its proxy."""
+  n = len(dnas)
+  run = dataclasses.replace(reference.trial.run, seed=base.seed, proxy=ProxySettings(
+      train_steps=candidate.train_steps, image_size=candidate.image_size,
+      train_data_fraction=candidate.train_data_fraction))
+  trial = dataclasses.replace(reference.trial, run=run, validation_curve_points=CURVE_POINTS,
+                              export_every_trial=False)
+  return dataclasses.replace(
+      base, job_dir=storage.join(job_dir, CANDIDATES_DIR, candidate.name),
+      search_space=reference.search_space, search_space_module=reference.search_space_module,
+      search_algorithm="fixed", algorithm_options={"dnas": dnas, "seeds": [base.seed] * n},
+      max_nas_trial=n,
+      # Past this many failures no tau can be computed (a 0.7 valid ratio).
+      max_failed_nas_trial=n - math.ceil(0.7 * n), export_top_k=0, objectives=None,
+      trial=trial)
+
+
+def evaluate_candidate(rows: list[dict], state: Any, reference: Reference,
+                       candidate: proxy_search.Candidate, targets: proxy_search.Targets) -> dict:
+  """The candidate's trials, in the models' order, against the reference."""
+  by_trial = {r["trial_id"]: r for r in rows}
+  ordered = [by_trial.get(t) for t in sorted(state.proposals, key=int)]
+  ordered += [None] * (len(reference.models) - len(ordered))
+
+  def value(row, key):
+    ok = row is not None and row["status"] == "completed"
+    number = row.get(key) if ok else None
+    return float(number) if isinstance(number, (int, float)) and math.isfinite(number) else None
+
+  metric = reference.accuracy_metric
+  return proxy_search.evaluate(
+      proxy_scores=[value(r, "accuracy") for r in ordered],
+      reference_scores=[m["accuracy"] for m in reference.models],
+      proxy_latencies=[value(r, "latency_ms") for r in ordered],
+      reference_latencies=[m.get("latency_ms") for m in reference.models],
+      curves=[None if r is None else trial_curves.read_curve(r["trial_dir"], metric)
+              for r in ordered],
+      seconds_per_step=[None if r is None else trial_curves.seconds_per_step(r["trial_dir"])
+                        for r in ordered],
+      train_steps=candidate.train_steps, targets=targets)
+
+
+def proxy_yaml(trial_dir: str, candidate: proxy_search.Candidate) -> str:
+  """The candidate's training config as a --config_file: its trial's params.yaml without the
+  architecture (the search sets it) and without the data paths (the search's data flags set
+  them), except the training files a data fraction chose."""
+  params = _lists(yaml_source.load_yaml_source(storage.join(trial_dir, "params.yaml"),
+                                               "the candidate trial's params.yaml"))
+  backbone = params["task"]["model"]["backbone"]
+  backbone[backbone["type"]].pop(_ARCHITECTURE_KEY, None)
+  for path in _DATA_PATHS:
+    if path == _TRAIN_PATH and candidate.train_data_fraction < 1:
+      continue
+    node = params
+    for key in path[:-1]:
+      node = node[key]
+    node.pop(path[-1], None)
+  header = (f"# nascli search_proxy_task: proxy {candidate.name} (the reference recipe at"
+            f" {candidate.train_steps} steps, {candidate.image_size}px, training data"
+            f" fraction {candidate.train_data_fraction:g}).\n"
+            "# nascli search_in_local --config_file THIS_FILE\n")
+  return header + yaml.safe_dump(params, sort_keys=True)
+
+
+def _lists(value: Any) -> Any:
+  """Model Garden's tuples as YAML lists (safe_dump writes no tuples)."""
+  if isinstance(value, dict):
+    return {k: _lists(v) for k, v in value.items()}
+  if isinstance(value, (list, tuple)):
+    return [_lists(v) for v in value]
+  return value
+
+
+def _plot(results: list[dict], targets: proxy_search.Targets, path: str) -> None:
+  # pylint: disable=g-import-not-at-top
+  from matplotlib.backends.backend_agg import FigureCanvasAgg
+  from matplotlib.figure import Figure
+  trained = [r for r in results if r["status"] in ("succeeded", "failed")
+             and r["accuracy_correlation"]["tau"] is not None]
+  fig = Figure(figsize=(6.4, 4.2))
+  FigureCanvasAgg(fig)
+  ax = fig.add_subplot()
+  hours = all(r["cost_hours"] is not None for r in trained)
+  for r in trained:
+    x = r["cost_hours"] * 60 if hours else r["relative_cost"]
+    ax.scatter([x], [r["accuracy_correlation"]["tau"]],
+               color="tab:green" if r["status"] == "succeeded" else "tab:red")
+    ax.annotate(r["name"], (x, r["accuracy_correlation"]["tau"]), fontsize=7,
+                textcoords="offset points", xytext=(4, 4))
+  if targets.desired_accuracy_correlation is not None:
+    ax.axhline(targets.desired_accuracy_correlation, color="grey", linestyle="--",
+               label="desired correlation")
+    ax.legend(loc="lower right")
+  ax.set_xlabel("cost (minutes, the median model)" if hours else "cost (reference steps)")
+  ax.set_ylabel("Kendall tau vs the reference")
+  ax.set_ylim(-1.05, 1.05)
+  ax.set_title("search_proxy_task: correlation against cost per candidate")
+  buffer = io.BytesIO()
+  fig.savefig(buffer, format="png")
+  storage.write_bytes(path, buffer.getvalue())
+
+
+def run(base, settings: ProxySearchSettings,
+        make_executor: Callable[[], Any] | None = None,
+        progress: Callable[[str], None] = lambda line: None) -> dict:
+  """Runs (or resumes, or reads) the candidates cheapest first; returns the state."""
+  from nascli.search import local_main  # pylint: disable=g-import-not-at-top
+  reference = read_reference(settings.model_selection_dir)
+  steps = proxy_search.parse_train_steps(settings.train_steps, reference.train_steps)
+  sizes = proxy_search.parse_image_sizes(settings.image_sizes) or [reference.image_size]
+  fractions = proxy_search.parse_data_fractions(settings.train_data_fractions)
+  candidates = proxy_search.candidates(steps, sizes, fractions, reference.image_size)
+  dnas = jobs.architecture_dnas(reference.search_space, reference.search_space_module,
+                                [m["nas_params"] for m in reference.models])
+  targets = settings.targets
+  results, best = [], None
+  for number, candidate in enumerate(candidates, 1):
+    relative = candidate.relative_cost(reference.image_size)
+    estimate = proxy_search.estimated_hours(candidate, reference.image_size,
+                                            reference.seconds_per_step)
+    entry = {"name": candidate.name, **dataclasses.asdict(candidate), "relative_cost": relative,
+             "estimated_cost_hours": estimate,
+             "job_dir": storage.join(base.job_dir, CANDIDATES_DIR, candidate.name)}
+    skip = proxy_search.skip_reason(relative, None if best is None else best["relative_cost"],
+                                    targets, estimate)
+    if skip:
+      results.append(dict(entry, status="skipped", reason=skip, accuracy_correlation=None,
+                          latency_correlation=None, median_accuracy=None, cost_hours=None,
+                          over_steps=[], first_step_meeting_correlation=None))
+      progress(f"candidate {number}/{len(candidates)} {candidate.name}: skipped ({skip})")
+      continue
+    progress(f"candidate {number}/{len(candidates)} {candidate.name}: training"
+             f" {len(dnas)} reference models")
+    args = candidate_args(base, base.job_dir, reference, candidate, dnas)
+    local_main.run(args, None, make_executor() if make_executor else None)
+    rows, state = jobs.job_rows(args.job_dir, "--local_output_dir")
+    result = dict(entry, **evaluate_candidate(rows, state, reference, candidate, targets))
+    results.append(result)
+    tau = result["accuracy_correlation"]["tau"]
+    progress(f"candidate {candidate.name}: {result['status']}, accuracy tau"
+             f" {'n/a' if tau is None else f'{tau:.3f}'} ({result['reason']})")
+    if result["status"] == "succeeded" and (best is None
+                                            or relative < best["relative_cost"]):
+      best = result
+    _write_state(base.job_dir, settings, reference, results, best)
+  return _write_state(base.job_dir, settings, reference, results, best, final=True)
+
+
+def _write_state(job_dir: str, settings: ProxySearchSettings, reference: Reference,
+                 results: list[dict], best: dict | None, final: bool = False) -> dict:
+  state = {
+      "job_dir": job_dir,
+      "model_selection_dir": settings.model_selection_dir,
+      "accuracy_metric": reference.accuracy_metric,
+      "reference": {"train_steps": reference.train_steps, "image_size": reference.image_size,
+                    "seconds_per_step": reference.seconds_per_step,
+                    "models": len(reference.models)},
+      "targets": dataclasses.asdict(settings.targets),
+      "candidates": results,
+      "chosen": None if best is None else best["name"],
+      "proxy_task_yaml": None,
+      "finished": final,
+  }
+  if final and best is not None:
+    candidate = proxy_search.Candidate(best["train_steps"], best["image_size"],
+                                       best["train_data_fraction"])
+    trial_dir = storage.join(best["job_dir"], "1")
+    path = storage.join(job_dir, PROXY_YAML)
+    storage.write_text(path, proxy_yaml(trial_dir, candidate))
+    state["proxy_task_yaml"] = path
+  if final:
+    _plot(results, settings.targets, storage.join(job_dir, PLOT_FILE))
+  storage.write_text(storage.join(job_dir, STATE_FILE), json.dumps(state, indent=2) + "\n")
+  return state
