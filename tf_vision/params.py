@@ -399,7 +399,7 @@ def _apply_proxy(params: cfg.ExperimentConfig, proxy: Any, explicit: dict[str, s
     params.task.model.input_size = [proxy.image_size, proxy.image_size] + channels
     explicit["task.model.input_size"] = what
   fraction = proxy.train_data_fraction
-  if fraction is not None:
+  if fraction is not None and fraction != 1:  # 1: the recipe's files as it names them
     if not 0 < fraction <= 1:
       raise NascliError(f"{what}: train_data_fraction must be in (0, 1], got {fraction}")
     pattern = params.task.train_data.input_path

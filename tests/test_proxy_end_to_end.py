@@ -1,0 +1,144 @@
+"""The proxy-task workflow end to end on the embedded digits, as docs/proxy_tasks.md runs it:
+select_proxy_task_models -> search_proxy_task (killed and resumed) -> search_in_local's config
+-> measure_proxy_task_variance. Tiny trainings (40 reference steps: fewer leave every model at chance); the decisions' rules are
+tested without training in tests/test_search_proxy_task.py and tests/test_proxy_variance.py."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+import yaml
+from scipy import stats
+
+from conftest import journal_events, nascli_subprocess
+
+SHORT = "trainer.train_steps=40,trainer.steps_per_loop=10,trainer.checkpoint_interval=10"
+MODELS = 5  # Kendall tau needs 5 valid pairs
+
+
+@pytest.fixture(scope="module")
+def selection(tmp_path_factory):
+  """Five random architectures trained 40 steps each, all kept; latency left out (the serving
+  times of these tiny models differ by less than their measurement noise here)."""
+  job = tmp_path_factory.mktemp("proxy") / "proxy_models"
+  proc = nascli_subprocess(
+      "select_proxy_task_models", "--max_nas_trial", str(MODELS), "--final_num_models",
+      str(MODELS), "--latency_metric_id", "none", "--params_override", SHORT, "--local_output_dir", str(job), "--json")
+  assert proc.returncode == 0, proc.stderr[-2000:]
+  return job, json.loads(proc.stdout)
+
+
+def _started(job, trial_id):
+  return (job / "journal.jsonl").exists() and any(
+      e["event"] == "started" and e["trial_id"] == trial_id for e in journal_events(job))
+
+
+def test_search_proxy_task_killed_and_resumed_picks_the_cheapest_and_its_yaml_reproduces_it(
+    selection, tmp_path):
+  """Two candidates of equal cost: the reference recipe itself on all the training files (first:
+  more data) and on half of them. The first trains the reference models exactly again (same
+  seed): tau 1, a success at the default target; the second cannot be cheaper and is skipped
+  untrained. SIGKILL while the first candidate's third model trains; the same command finishes
+  it without retraining the first two. proxy_task.yaml plans the very config it trained."""
+  sel_dir, models = selection
+  job = tmp_path / "proxy_search"
+  args = [sys.executable, "-m", "nascli", "search_proxy_task",
+          "--proxy_task_model_selection_dir", str(sel_dir), "--proxy_train_steps", "100%",
+          "--proxy_train_data_fractions", "0.5,1", "--local_output_dir", str(job), "--json"]
+  cand = job / "candidates" / "steps40-size32-data1"
+  env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")
+  driver = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
+  deadline = time.monotonic() + 600
+  while time.monotonic() < deadline and driver.poll() is None and not _started(cand, "3"):
+    time.sleep(0.2)
+  driver.send_signal(signal.SIGKILL)
+  driver.wait()
+  assert not (job / "proxy_task.yaml").exists()
+  resumed = subprocess.run(args, capture_output=True, text=True, env=env, timeout=900,
+                           check=False)
+  assert resumed.returncode == 0, resumed.stderr[-2000:]
+  result = json.loads(resumed.stdout)
+  events = journal_events(cand)
+  assert [e["trial_id"] for e in events if e["event"] == "completed"] == ["1", "2", "3", "4",
+                                                                          "5"]
+  started = [e["trial_id"] for e in events if e["event"] == "started"]
+  assert started.count("1") == started.count("2") == 1
+  assert not (job / "candidates" / "steps40-size32-data0.5").exists()
+  first, second = result["candidates"]
+  assert (first["status"], second["status"]) == ("succeeded", "skipped")
+  assert second["reason"].startswith("Exceeded best training time")
+  assert result["chosen"] == "steps40-size32-data1"
+  # The candidate's models are the selection's, in order, and its tau is scipy's.
+  trials = json.loads((cand / "trials.json").read_text())
+  by_id = {t["trial_id"]: t for t in trials}
+  assert [by_id[str(i)]["nas_params"] for i in range(1, MODELS + 1)] == [
+      m["nas_params"] for m in models["models"]]
+  proxy_scores = [by_id[str(i)]["accuracy"] for i in range(1, MODELS + 1)]
+  reference = [m["accuracy"] for m in models["models"]]
+  assert proxy_scores == reference  # the same training, the same numbers
+  assert first["accuracy_correlation"]["tau"] == pytest.approx(
+      stats.kendalltau(proxy_scores, reference).statistic) == pytest.approx(1.0)
+  assert first["latency_correlation"] is None
+  # Evaluated along training, every loop: the per-step taus.
+  curve = [json.loads(line)["step"] for line in (cand / "1" / "validation_curve.jsonl")
+           .read_text().splitlines()]
+  assert curve == [10, 20, 30, 40]
+  assert [p["step"] for p in first["over_steps"]] == [10.0, 20.0, 30.0, 40.0]
+  assert first["over_steps"][-1]["tau"] == pytest.approx(1.0)
+  assert (job / "proxy_task_search.png").read_bytes()[:4] == b"\x89PNG"
+  state = json.loads((job / "search_controller_state.json").read_text())
+  assert state == result and state["finished"]
+  # proxy_task.yaml: the candidate's trial 1 config, less the architecture and the data.
+  proxy = yaml.safe_load((job / "proxy_task.yaml").read_text())
+  trial1 = yaml.load((cand / "1" / "params.yaml").read_text(), Loader=yaml.UnsafeLoader)  # noqa: S506 - our own file
+  assert proxy["trainer"]["train_steps"] == trial1["trainer"]["train_steps"] == 40
+  assert "input_path" not in proxy["task"]["train_data"]
+  assert "block_specs_json" not in proxy["task"]["model"]["backbone"]["tunable_mnasnet"]
+  _the_yaml_plans_the_candidates_config(job / "proxy_task.yaml", cand, trial1)
+
+
+def _the_yaml_plans_the_candidates_config(proxy_yaml, cand, trial1):
+  # pylint: disable=g-import-not-at-top
+  from nascli import training
+  from nascli.run_spec import Architecture, RunSpec, from_dict
+  spec = json.loads((cand / "1" / "trial_spec.json").read_text())
+  run = from_dict(RunSpec, spec["trial"]["run"])
+  planned = training.plan(training.TrainArgs(run=RunSpec(
+      config_files=[str(proxy_yaml)], data=run.data, seed=run.seed,
+      architecture=Architecture("mnasnet", spec["nas_params"])))).params
+  got = yaml.safe_load(yaml.safe_dump(json.loads(json.dumps(planned.as_dict(), default=list))))
+  want = json.loads(json.dumps(trial1, default=list))
+  assert got["trainer"] == want["trainer"]
+  assert got["task"] == want["task"]
+
+
+def test_measure_proxy_task_variance_trains_one_model_with_seeds_and_compares(selection,
+                                                                               tmp_path):
+  """One selected model, 2 runs (seeds 0 and 1), compared with the selection's spread."""
+  sel_dir, models = selection
+  nas_params = tmp_path / "nas_params.json"
+  nas_params.write_text(json.dumps(models["models"][0]["nas_params"]))
+  job = tmp_path / "variance"
+  proc = nascli_subprocess(
+      "measure_proxy_task_variance", "--nas_params_str", str(nas_params), "--max_nas_trial",
+      "2", "--params_override", SHORT, "--compare_with", str(sel_dir), "--local_output_dir",
+      str(job), "--json")
+  assert proc.returncode == 0, proc.stderr[-2000:]
+  result = json.loads(proc.stdout)
+  assert [r["seed"] for r in result["runs"]] == [0, 1]
+  assert result["nas_params"] == models["models"][0]["nas_params"]
+  seeds = [yaml.load((job / t / "params.yaml").read_text(), Loader=yaml.UnsafeLoader)  # noqa: S506
+           ["task"]["train_data"]["seed"] for t in ("1", "2")]
+  assert seeds == [0, 1]
+  scores = [r["accuracy"] for r in result["runs"]]
+  assert result["mean_accuracy"] == pytest.approx(sum(scores) / 2)
+  assert all(r["evaluations"] == 4 for r in result["runs"])  # steps 10, 20, 30, 40
+  verdict = result["verdict"]
+  assert verdict["architectures"] == MODELS and verdict["compared_with"] == str(sel_dir)
+  assert json.loads((job / "variance_and_smoothness.json").read_text()) == result
+  again = nascli_subprocess(*proc.args[3:])
+  assert again.returncode == 0 and json.loads(again.stdout) == result

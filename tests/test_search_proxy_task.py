@@ -1,0 +1,136 @@
+"""`nascli search_proxy_task`'s decisions (nascli/proxy/proxy_search.py), without training (its
+end-to-end run: tests/test_proxy_end_to_end.py)."""
+
+import os
+
+import pytest
+from scipy import stats
+
+import tf_probe
+from nascli.commands import search_proxy_task as command
+from nascli.errors import NascliError
+from nascli.proxy import correlation
+from nascli.proxy import proxy_search
+from nascli.proxy import proxy_search_main as main
+
+
+def test_the_cli_defaults_are_the_libraries():
+  assert command.DEFAULT_TRAIN_STEPS == proxy_search.DEFAULT_TRAIN_STEPS
+  assert command.DESIRED_CORRELATION == correlation.DESIRED_ACCURACY_CORRELATION == (
+      correlation.DESIRED_LATENCY_CORRELATION)
+  assert command.TRAINING_TIME_HRS_LIMIT == correlation.TRAINING_TIME_HRS_LIMIT
+
+
+def test_train_steps_are_counts_or_shares_of_the_reference():
+  assert proxy_search.parse_train_steps("10%,25%,200", 1000) == [100, 200, 250]
+  assert proxy_search.parse_train_steps("50%, 50%", 7) == [4]
+  assert proxy_search.parse_train_steps("1%", 10) == [1]  # never 0 steps
+  for text, message in (("0", "must be at least 1 step"), ("150%", r"share in \(0%, 100%\]"),
+                        ("ten", "neither a step count"), ("10,,20", "comma-separated")):
+    with pytest.raises(NascliError, match=message):
+      proxy_search.parse_train_steps(text)
+
+
+def test_sizes_and_fractions_are_checked():
+  assert proxy_search.parse_image_sizes(None) is None
+  assert proxy_search.parse_image_sizes("24,32,24") == [24, 32]
+  assert proxy_search.parse_data_fractions("0.5,1") == [0.5, 1.0]
+  with pytest.raises(NascliError, match="--proxy_image_sizes: '2.5' is not an image size"):
+    proxy_search.parse_image_sizes("2.5")
+  with pytest.raises(NascliError, match=r"--proxy_train_data_fractions: '0' must be a"):
+    proxy_search.parse_data_fractions("0")
+
+
+def test_candidates_run_cheapest_first_more_data_first_at_equal_cost():
+  grid = proxy_search.candidates([100, 40], [32, 16], [0.5, 1.0], reference_image_size=32)
+  assert [c.name for c in grid[:4]] == ["steps40-size16-data1", "steps40-size16-data0.5",
+                                        "steps100-size16-data1", "steps100-size16-data0.5"]
+  costs = [c.relative_cost(32) for c in grid]
+  assert costs == sorted(costs) and costs[0] == 10 and costs[-1] == 100
+  assert proxy_search.estimated_hours(grid[0], 32, 36.0) == pytest.approx(0.1)
+  assert proxy_search.estimated_hours(grid[0], 32, None) is None
+
+
+def test_a_candidate_is_skipped_when_it_cannot_win_or_exceeds_the_limit():
+  targets = proxy_search.Targets(training_time_hrs_limit=1.0)
+  assert proxy_search.skip_reason(10, None, targets, 0.5) is None
+  assert proxy_search.skip_reason(10, 10, targets, 0.5).startswith("Exceeded best training")
+  assert proxy_search.skip_reason(10, 20, targets, 0.5) is None
+  assert proxy_search.skip_reason(10, None, targets, 1.0).startswith(
+      "Exceeded training time limit: estimated 1 h")
+  no_early = proxy_search.Targets(early_stop_proxy_task_if_not_best=False)
+  assert proxy_search.skip_reason(10, 5, no_early, None) is None
+
+
+REFERENCE = [0.50, 0.60, 0.70, 0.80, 0.90, 0.95]
+LATENCY = [1.0, 2.0, 3.0, 4.0, 5.0, 6.0]
+
+
+def _curves(finals):
+  return [([10.0, 20.0], [f / 2, f]) for f in finals]
+
+
+def test_evaluate_is_kendall_tau_against_the_reference_and_the_median_models_cost():
+  proxy = [0.30, 0.35, 0.32, 0.50, 0.55, 0.60]
+  speeds = [0.1, 0.2, 0.3, 0.4, 0.5, 0.6]
+  result = proxy_search.evaluate(proxy, REFERENCE, LATENCY, LATENCY, _curves(proxy), speeds,
+                                 train_steps=360, targets=proxy_search.Targets())
+  tau = stats.kendalltau(proxy, REFERENCE).statistic
+  assert result["accuracy_correlation"]["tau"] == pytest.approx(tau)
+  assert result["latency_correlation"]["tau"] == pytest.approx(1.0)
+  assert result["status"] == "succeeded" and tau >= 0.65
+  # The upper median of the proxy scores is 0.50 (model 4): its speed costs the proxy.
+  assert result["median_accuracy"] == 0.50
+  assert result["cost_hours"] == pytest.approx(0.4 * 360 / 3600)
+  assert [p["step"] for p in result["over_steps"]] == [10.0, 20.0]
+  assert result["first_step_meeting_correlation"] == 10.0  # halved curves rank the same
+
+
+def test_evaluate_fails_a_proxy_that_ranks_badly_or_whose_latency_disagrees():
+  shuffled = [0.6, 0.3, 0.55, 0.35, 0.5, 0.32]
+  bad = proxy_search.evaluate(shuffled, REFERENCE, LATENCY, LATENCY, _curves(shuffled),
+                              [0.1] * 6, 100, proxy_search.Targets())
+  assert bad["status"] == "failed" and "< --desired_accuracy_correlation 0.65" in bad["reason"]
+  good = [0.30, 0.35, 0.40, 0.50, 0.55, 0.60]
+  reversed_latency = list(reversed(LATENCY))
+  slow = proxy_search.evaluate(good, REFERENCE, reversed_latency, LATENCY, _curves(good),
+                               [0.1] * 6, 100, proxy_search.Targets())
+  assert slow["status"] == "failed" and "latency tau -1.000" in slow["reason"]
+  # No reference latency (select_proxy_task_models --latency_metric_id none): not checked.
+  unmeasured = proxy_search.evaluate(good, REFERENCE, LATENCY, [None] * 6, _curves(good),
+                                     [0.1] * 6, 100, proxy_search.Targets())
+  assert unmeasured["status"] == "succeeded" and unmeasured["latency_correlation"] is None
+  # Too many failed trainings: no tau, said so.
+  failed = proxy_search.evaluate([0.3, None, None, 0.5, 0.6, 0.7], REFERENCE, LATENCY,
+                                 LATENCY, _curves([0.3, 0.1, 0.1, 0.5, 0.6, 0.7]),
+                                 [0.1] * 6, 100, proxy_search.Targets())
+  assert failed["status"] == "failed" and failed["accuracy_correlation"]["tau"] is None
+  # Over the time limit, measured.
+  costly = proxy_search.evaluate(good, REFERENCE, LATENCY, LATENCY, _curves(good), [60.0] * 6,
+                                 360, proxy_search.Targets(training_time_hrs_limit=3.0))
+  assert costly["status"] == "failed" and "Exceeded training time limit" in costly["reason"]
+
+
+def test_default_job_dir_is_beside_the_selection():
+  assert main.default_job_dir(os.path.join("runs", "proxy_models_mnasnet")) == os.path.join(
+      "runs", "proxy_search_mnasnet")
+
+
+def test_bad_flags_are_refused_before_tensorflow_loads(tmp_path):
+  job = str(tmp_path / "job")
+  missing = str(tmp_path / "nope")
+  for args, message in (
+      (["--proxy_task_model_selection_dir", missing], f"{missing} does not exist"),
+      (["--proxy_task_model_selection_dir", str(tmp_path)],
+       f"--proxy_task_model_selection_dir {tmp_path}: no search journal there"),
+      (["--proxy_task_model_selection_dir", missing, "--proxy_train_steps", "1O"],
+       "--proxy_train_steps: '1O' is neither"),
+      (["--proxy_task_model_selection_dir", missing, "--desired_accuracy_correlation", "2"],
+       "--desired_accuracy_correlation must be a Kendall tau in [-1, 1], got 2.0"),
+      (["--proxy_task_model_selection_dir", missing, "--previous_proxy_task_search_dir", "a"],
+       "--previous_proxy_task_search_dir and --local_output_dir name different jobs")):
+    proc, tf_loaded = tf_probe.run("search_proxy_task", "--local_output_dir", job, *args)
+    assert proc.returncode == 1 and not tf_loaded, proc.stderr
+    line = proc.stderr.strip()
+    assert "\n" not in line and message in line, proc.stderr
+  assert not os.path.exists(job)
