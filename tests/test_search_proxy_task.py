@@ -134,3 +134,15 @@ def test_bad_flags_are_refused_before_tensorflow_loads(tmp_path):
     line = proc.stderr.strip()
     assert "\n" not in line and message in line, proc.stderr
   assert not os.path.exists(job)
+
+
+def test_list_trials_of_a_proxy_search_names_its_candidates(tmp_path, cli):
+  (tmp_path / main.STATE_FILE).write_text("{}")
+  (tmp_path / main.CANDIDATES_DIR / "steps10-size32-data1").mkdir(parents=True)
+  (tmp_path / main.CANDIDATES_DIR / "steps10-size32-data1" / "journal.jsonl").write_text("")
+  code, _, err = cli("list_trials", str(tmp_path))
+  assert code == 1
+  assert " ".join(err.split()) == (
+      f"Error: {tmp_path} is a search_proxy_task job: each candidate is a search job, e.g."
+      f" `nascli list_trials {tmp_path}/candidates/steps10-size32-data1` (candidates:"
+      " steps10-size32-data1)")

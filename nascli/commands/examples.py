@@ -76,6 +76,24 @@ EXAMPLES: dict[str, tuple[tuple[str, str], ...]] = {
          "nascli select_proxy_task_models --max_nas_trial 8 --final_num_models 4"
          " --num_models_to_remove_per_iter 2 --ray_address local"),
     ),
+    "search_proxy_task": (
+        ("The cheapest of 10/25/50 % of the reference steps whose scores rank the selected"
+         " models as the reference does (Kendall tau >= 0.65):",
+         "nascli search_proxy_task --proxy_task_model_selection_dir runs/proxy_models"),
+        ("Steps, image sizes and data fractions, every combination, cheapest first:",
+         "nascli search_proxy_task --proxy_task_model_selection_dir runs/proxy_models"
+         " --proxy_train_steps 100,300 --proxy_image_sizes 24,32"
+         " --proxy_train_data_fractions 0.5,1"),
+    ),
+    "measure_proxy_task_variance": (
+        ("One architecture trained 5 times (seeds 0-4) under the proxy, its noise compared"
+         " with a search's spread:",
+         "nascli measure_proxy_task_variance --config_file"
+         " runs/proxy_search/proxy_task.yaml --compare_with nascli_output/search_mnasnet"),
+        ("A given architecture, 3 runs:",
+         "nascli measure_proxy_task_variance --nas_params_str runs/search/1/nas_params_str.json"
+         " --max_nas_trial 3"),
+    ),
     "list_trials": (
         ("The trials of a search, best reward first:",
          "nascli list_trials nascli_output/search_mnasnet"),

@@ -11,7 +11,7 @@ from typing import Annotated, Any, Optional, Sequence
 import typer
 from rich.table import Table
 
-from nascli import checks, console
+from nascli import checks, console, storage
 from nascli.commands.options import flag
 from nascli.errors import NascliError
 
@@ -52,6 +52,13 @@ def list_trials(
       journal_lib.INTERRUPTED, journal_lib.RUNNING, journal_lib.PENDING, journal_lib.PAUSED))
   journal = journal_lib.journal_for(job_dir)
   if not journal.exists():
+    candidates = storage.join(job_dir, "candidates")  # proxy_search_main.CANDIDATES_DIR
+    if storage.exists(storage.join(job_dir, "search_controller_state.json")):
+      names = sorted({n.split("/")[0] for n in storage.list_names(candidates)})
+      raise NascliError(f"{job_dir} is a search_proxy_task job: each candidate is a search"
+                        f" job, e.g. `nascli list_trials {storage.join(candidates, names[0])}`"
+                        f" (candidates: {', '.join(names)})" if names else
+                        f"{job_dir} is a search_proxy_task job with no candidate trained yet")
     raise NascliError(f"{job_dir} is not a nascli search job (no {journal.NAME})")
   state = journal_lib.replay(journal.events())
   if pareto and not results.objectives_of(state):

@@ -54,7 +54,6 @@ TimeLimit = Annotated[Optional[float], typer.Option(
     " hours (estimated, then measured) fails.")]
 EarlyStop = Annotated[bool, typer.Option(
     "--early_stop_proxy_task_if_not_best/--no_early_stop_proxy_task_if_not_best",
-    "--early-stop-proxy-task-if-not-best/--no-early-stop-proxy-task-if-not-best",
     help="Skip a candidate that cannot be cheaper than the best success so far.")]
 PreviousDir = Annotated[Optional[str], typer.Option(
     *flag("previous_proxy_task_search_dir"), help="Resume (or add candidates to) this job"
