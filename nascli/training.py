@@ -35,6 +35,9 @@ class TrainArgs:
   # Evaluate about this many times as training goes, at whole training loops, besides the final
   # evaluation: the validation curve (tf_vision.train_lib.CURVE_FILE). None: the final one only.
   curve_points: int | None = None
+  # Checkpoint the training input's position too (tf_vision.train_lib.run's checkpoint_input):
+  # a run resumed from a checkpoint, an early-stopping rung, reads on as if never stopped.
+  checkpoint_input: bool = False
 
   def curve_interval(self, train_steps: int, steps_per_loop: int) -> int | None:
     """The steps between the curve's evaluations: train_steps / curve_points, rounded up to
@@ -238,7 +241,8 @@ def _train(args: TrainArgs, upload_to: str | None = None) -> dict:
         keep_model=args.keep_model,
         stop_at_step=args.stop_at(params.trainer.train_steps) if args.stop_at else None,
         curve_interval=args.curve_interval(params.trainer.train_steps,
-                                           params.trainer.steps_per_loop))
+                                           params.trainer.steps_per_loop),
+        checkpoint_input=args.checkpoint_input)
   if upload_to:
     stderr.print(f"uploading {model_dir} to {upload_to}")
     upload_model_dir(model_dir, upload_to)

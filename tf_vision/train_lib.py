@@ -28,7 +28,7 @@ from typing import Any, Callable
 
 import orbit
 import tensorflow as tf
-import tf_keras  # noqa: F401  pylint: disable=unused-import
+import tf_keras
 
 from nascli import interrupts
 from nascli.errors import NascliError
@@ -246,13 +246,16 @@ def run(params: cfg.ExperimentConfig, model_dir: str, strategy: tf.distribute.St
         mode: str = "train_and_eval", steps_per_epoch: int = 0,
         on_loop: Callable[[LoopReport], None] = lambda report: None,
         on_resume: Callable[[int], None] = lambda step: None, keep_model: bool = False,
-        stop_at_step: int | None = None, curve_interval: int | None = None) -> dict:
+        stop_at_step: int | None = None, curve_interval: int | None = None,
+        checkpoint_input: bool = False) -> dict:
   """Trains (and evaluates) `params` in `model_dir`; resumes from its latest checkpoint.
 
   `stop_at_step` ends training at that step
   instead of train_steps, which still sets the schedule; the run then ends `paused`.
   `curve_interval` (with mode train_and_post_eval) also evaluates every that many steps as it
   trains; every evaluation, the final one included, is a line of CURVE_FILE.
+  `checkpoint_input` also checkpoints the training input's position (one replica), so that a
+  resumed run reads the batches the uninterrupted one would have (`_checkpoint_the_run_state`).
 
   Returns {"status" (completed, or paused), "step", "resumed_from", "train_steps",
   "eval_metrics", "seconds", "num_replicas", "loops" ([steps, seconds] per train loop),
@@ -271,6 +274,9 @@ def run(params: cfg.ExperimentConfig, model_dir: str, strategy: tf.distribute.St
   in `model_dir`, which must then be shared.
   """
   chief = _is_chief(strategy)
+  # Random layers draw from a tf.random.Generator, whose state a checkpoint keeps
+  # (`_checkpoint_the_run_state`); TensorFlow's legacy random ops would restart on resume.
+  tf_keras.backend.experimental.enable_tf_random_generator()
   total_steps = params.trainer.train_steps
   train_to = total_steps if stop_at_step is None else max(1, min(int(stop_at_step), total_steps))
   if chief:
@@ -319,12 +325,16 @@ def run(params: cfg.ExperimentConfig, model_dir: str, strategy: tf.distribute.St
 
     def _build_trainer(self, task, train, evaluate):
       if stop is None:
-        return super()._build_trainer(task, train, evaluate)
-      with self.strategy.scope():  # as Model Garden's, with the trainer that reads `stop`
-        return train_utils.create_trainer(
-            self.params, task, train=train, evaluate=evaluate,
-            checkpoint_exporter=self._build_best_checkpoint_exporter(),
-            trainer_cls=stop.trainer_cls())
+        trainer = super()._build_trainer(task, train, evaluate)
+      else:
+        with self.strategy.scope():  # as Model Garden's, with the trainer that reads `stop`
+          trainer = train_utils.create_trainer(
+              self.params, task, train=train, evaluate=evaluate,
+              checkpoint_exporter=self._build_best_checkpoint_exporter(),
+              trainer_cls=stop.trainer_cls())
+      if train and state.single_worker:
+        _checkpoint_the_run_state(trainer, self.strategy, checkpoint_input)
+      return trainer
 
     def run(self):
       """Model Garden's run() without its parameter and FLOPs counts after training: they feed
@@ -511,6 +521,46 @@ def _stop_interrupted(error: KeyboardInterrupt, state: _RunState,
   resume = (f"run the same command again to resume from step {resume_step}" if resume_step
             else "run the same command again to start it over")
   return interrupts.Interrupted.of(error, what=what, resume=resume)
+
+
+# What a checkpoint holds besides Model Garden's items (model, optimizer, global_step), so that
+# a resumed run continues the uninterrupted one (`_checkpoint_the_run_state`).
+INPUT_ITERATOR = "train_input_iterator"
+RANDOM_GENERATORS = "random_generators"
+
+
+def _checkpoint_the_run_state(trainer: Any, strategy: tf.distribute.Strategy,
+                              with_input: bool) -> None:
+  """Makes the training input's position and the random layers' generators part of the
+  trainer's checkpoint, so that a run resumed from a checkpoint (a later early-stopping rung, a
+  rerun after a kill) reads the batches and draws the dropout masks the uninterrupted run would
+  have, instead of starting both over: a trial trained in rungs is the trial trained in one go.
+
+  TensorFlow checkpoints a tf.data iterator (its shuffle buffer and cache included) but not a
+  tf.distribute one, so with one replica (every search trial on this machine) Orbit is given a
+  plain iterator over the task's input, which the one replica reads as it would the distributed
+  one; with several replicas the input starts over on resume, as before. The input's state is
+  as big as its shuffle buffer and in-memory cache, so only `with_input` (search trials, whose
+  rungs resume) keeps it. The generators are the
+  tf.random.Generator of each random layer (tf_keras draws from them once
+  `enable_tf_random_generator` is on, see `run`), created now, before the restore. A checkpoint
+  written without these restores the model and starts them afresh."""
+  generators = []
+  for layer in trainer.model.submodules:
+    rng = getattr(layer, "_random_generator", None)
+    if rng is not None and hasattr(rng, "_maybe_init"):
+      rng._maybe_init()  # pylint: disable=protected-access
+      if getattr(rng, "_generator", None) is not None:
+        generators.append(rng._generator)  # pylint: disable=protected-access
+  if generators:
+    setattr(trainer.checkpoint, RANDOM_GENERATORS, generators)
+  if not with_input or strategy.num_replicas_in_sync != 1:
+    return
+  with strategy.scope():
+    dataset = trainer.task.build_inputs(trainer.config.task.train_data)
+  iterator = iter(dataset)
+  trainer._train_iter = iterator  # pylint: disable=protected-access  (Orbit reads it)
+  setattr(trainer.checkpoint, INPUT_ITERATOR, iterator)
 
 
 def _append_curve(model_dir: str, step: Any, logs: dict) -> None:

@@ -87,7 +87,9 @@ class TrialSpec:
         self.search_space, self.nas_params, self.search_space_module))
     return training.TrainArgs(run=run, model_dir=self.trial_dir, keep_model=True,
                               stop_at=self.rung.step if self.rung else None,
-                              curve_points=self.trial.validation_curve_points)
+                              curve_points=self.trial.validation_curve_points,
+                              # A later rung, or a retried attempt, continues the data stream.
+                              checkpoint_input=True)
 
   def space(self) -> Any:
     """The registry entry of the trial's space (its module imported and registered first)."""
