@@ -26,12 +26,14 @@ LONGEST_FIRST = (
     "test_search_local.py",  # 510
     "test_search_ray.py",  # 400
     "test_gcs_search.py",  # 220
+    "test_proxy_end_to_end.py",  # 210
     "test_train_interrupt.py",  # 185
     "test_train_run.py",  # 175
     "test_train_distributed.py",  # 150
     "test_launchers.py",  # 130
     "test_thor_train.py",  # 100
     "test_stage2.py",  # 100
+    "test_rungs_equal_one_go.py",  # 50
     "test_thor_optimizer.py",  # 75
     "test_mnasnet_backbone.py",  # 65
     "test_runtime.py",  # 60

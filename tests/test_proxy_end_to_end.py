@@ -142,3 +142,24 @@ def test_measure_proxy_task_variance_trains_one_model_with_seeds_and_compares(se
   assert json.loads((job / "variance_and_smoothness.json").read_text()) == result
   again = nascli_subprocess(*proc.args[3:])
   assert again.returncode == 0 and json.loads(again.stdout) == result
+
+
+def test_search_proxy_task_on_ray_trains_the_same_models_to_the_same_scores(selection,
+                                                                          tmp_path):
+  """The reference recipe as the one candidate, on a private Ray instance, two trainings at a
+  time: the Ray actors train the selection's models to the reference's very scores (tau 1)."""
+  sel_dir, models = selection
+  job = tmp_path / "proxy_search_ray"
+  proc = nascli_subprocess(
+      "search_proxy_task", "--proxy_task_model_selection_dir", str(sel_dir),
+      "--proxy_train_steps", "100%", "--ray_address", "local", "--ray_num_cpus", "2",
+      "--max_parallel_nas_trial", "2", "--local_output_dir", str(job), "--json")
+  assert proc.returncode == 0, proc.stderr[-2000:]
+  result = json.loads(proc.stdout)
+  (candidate,) = result["candidates"]
+  assert candidate["status"] == "succeeded" and result["chosen"] == candidate["name"]
+  assert candidate["accuracy_correlation"]["tau"] == pytest.approx(1.0)
+  trials = json.loads((job / "candidates" / candidate["name"] / "trials.json").read_text())
+  by_id = {t["trial_id"]: t["accuracy"] for t in trials}
+  assert [by_id[str(i)] for i in range(1, MODELS + 1)] == [
+      m["accuracy"] for m in models["models"]]

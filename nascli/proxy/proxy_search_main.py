@@ -239,9 +239,7 @@ def run(base, settings: ProxySearchSettings,
     rows, state = jobs.job_rows(args.job_dir, "--local_output_dir")
     result = dict(entry, **evaluate_candidate(rows, state, reference, candidate, targets))
     results.append(result)
-    tau = result["accuracy_correlation"]["tau"]
-    progress(f"candidate {candidate.name}: {result['status']}, accuracy tau"
-             f" {'n/a' if tau is None else f'{tau:.3f}'} ({result['reason']})")
+    progress(f"candidate {candidate.name}: {result['status']} ({result['reason']})")
     if result["status"] == "succeeded" and (best is None
                                             or relative < best["relative_cost"]):
       best = result
