@@ -1,6 +1,7 @@
 """`nascli search_proxy_task`'s decisions (nascli/proxy/proxy_search.py), without training (its
 end-to-end run: tests/test_proxy_end_to_end.py)."""
 
+import json
 import os
 
 import pytest
@@ -146,3 +147,30 @@ def test_list_trials_of_a_proxy_search_names_its_candidates(tmp_path, cli):
       f"Error: {tmp_path} is a search_proxy_task job: each candidate is a search job, e.g."
       f" `nascli list_trials {tmp_path}/candidates/steps10-size32-data1` (candidates:"
       " steps10-size32-data1)")
+
+
+def _journal(job, *events):
+  job.mkdir(parents=True, exist_ok=True)
+  lines = [{"seq": i, "time": "t", **e} for i, e in enumerate(
+      [{"event": "search_started", "settings": {"search_space": "mnasnet"}}, *events], 1)]
+  (job / "journal.jsonl").write_text("".join(json.dumps(line) + "\n" for line in lines))
+
+
+def test_a_candidate_whose_trainings_failed_fails_and_the_search_goes_on(tmp_path):
+  """Its search job stopped at the failure limit, every trial ended: the candidate is failed
+  with the job's error as its reason. Any other error of the job (a trial still to run, no
+  journal at all) is the search's own and is raised again."""
+  error = NascliError("search stopped: 2 failed trials exceed --max_failed_nas_trial 1")
+  ended = tmp_path / "ended"
+  _journal(ended, *[e for t in ("1", "2") for e in (
+      {"event": "proposed", "trial_id": t, "dna": [0], "nas_params": {}},
+      {"event": "started", "trial_id": t},
+      {"event": "failed", "trial_id": t, "reason": "ValueError: boom"})])
+  assert main._failed_trainings(str(ended), error) == (  # pylint: disable=protected-access
+      f"its trainings failed ({error})")
+  running = tmp_path / "running"
+  _journal(running, {"event": "proposed", "trial_id": "1", "dna": [0], "nas_params": {}},
+           {"event": "started", "trial_id": "1"})
+  for job in (running, tmp_path / "none"):
+    with pytest.raises(NascliError, match="search stopped: 2 failed"):
+      main._failed_trainings(str(job), error)  # pylint: disable=protected-access

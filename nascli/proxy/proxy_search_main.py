@@ -235,9 +235,16 @@ def run(base, settings: ProxySearchSettings,
     progress(f"candidate {number}/{len(candidates)} {candidate.name}: training"
              f" {len(dnas)} reference models")
     args = candidate_args(base, base.job_dir, reference, candidate, dnas)
-    local_main.run(args, None, make_executor() if make_executor else None)
+    try:
+      local_main.run(args, None, make_executor() if make_executor else None)
+      stopped = None
+    except NascliError as e:  # its trainings failed: the candidate fails, the search goes on
+      stopped = _failed_trainings(args.job_dir, e)
     rows, state = jobs.job_rows(args.job_dir, "--local_output_dir")
     result = dict(entry, **evaluate_candidate(rows, state, reference, candidate, targets))
+    if stopped:
+      result.update(status="failed", reason=f"{stopped}; {result['reason']}"
+                    if result["status"] == "failed" else stopped)
     results.append(result)
     progress(f"candidate {candidate.name}: {result['status']} ({result['reason']})")
     if result["status"] == "succeeded" and (best is None
@@ -245,6 +252,18 @@ def run(base, settings: ProxySearchSettings,
       best = result
     _write_state(base.job_dir, settings, reference, results, best)
   return _write_state(base.job_dir, settings, reference, results, best, final=True)
+
+
+def _failed_trainings(job_dir: str, error: NascliError) -> str:
+  """Why a candidate's search job ended with an error, when the error is its trials' failures
+  (every trial ended, too many failed); any other error is raised again."""
+  try:
+    _, state = jobs.job_rows(job_dir, "--local_output_dir")
+  except NascliError:
+    raise error from None
+  if not state.proposals or state.unfinished():
+    raise error
+  return f"its trainings failed ({error})"
 
 
 def _write_state(job_dir: str, settings: ProxySearchSettings, reference: Reference,
