@@ -118,16 +118,28 @@ def _the_yaml_plans_the_candidates_config(proxy_yaml, cand, trial1):
 
 def test_measure_proxy_task_variance_trains_one_model_with_seeds_and_compares(selection,
                                                                                tmp_path):
-  """One selected model, 2 runs (seeds 0 and 1), compared with the selection's spread."""
+  """One selected model, 2 runs (seeds 0 and 1), compared with the selection's spread; SIGKILL
+  while the second run trains, and the same command finishes without retraining the first."""
   sel_dir, models = selection
   nas_params = tmp_path / "nas_params.json"
   nas_params.write_text(json.dumps(models["models"][0]["nas_params"]))
   job = tmp_path / "variance"
-  proc = nascli_subprocess(
-      "measure_proxy_task_variance", "--nas_params_str", str(nas_params), "--max_nas_trial",
-      "2", "--params_override", SHORT, "--compare_with", str(sel_dir), "--local_output_dir",
-      str(job), "--json")
+  args = ["measure_proxy_task_variance", "--nas_params_str", str(nas_params), "--max_nas_trial",
+          "2", "--params_override", SHORT, "--compare_with", str(sel_dir), "--local_output_dir",
+          str(job), "--json"]
+  env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")
+  driver = subprocess.Popen([sys.executable, "-m", "nascli", *args], stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL, env=env)
+  deadline = time.monotonic() + 600
+  while time.monotonic() < deadline and driver.poll() is None and not _started(job, "2"):
+    time.sleep(0.2)
+  driver.send_signal(signal.SIGKILL)
+  driver.wait()
+  assert not (job / "variance_and_smoothness.json").exists()
+  proc = nascli_subprocess(*args)
   assert proc.returncode == 0, proc.stderr[-2000:]
+  started = [e["trial_id"] for e in journal_events(job) if e["event"] == "started"]
+  assert started.count("1") == 1 and "2" in started
   result = json.loads(proc.stdout)
   assert [r["seed"] for r in result["runs"]] == [0, 1]
   assert result["nas_params"] == models["models"][0]["nas_params"]
