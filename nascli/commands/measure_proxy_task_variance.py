@@ -81,11 +81,8 @@ def measure_proxy_task_variance(
   settings = main.VarianceSettings(nas_params=nas_params, compare_with=compare_with)
   # The search's shared flags: the runs are the trials; no reward to optimize, nothing
   # exported. "random" stands for the internal algorithm in the flag checks.
-  values = dict(locals(), search_algorithm="random", max_failed_nas_trial=max_nas_trial - 2,
-                target_device_latency_ms=None, latency_constraint="soft", latency_weight=0.07,
-                population_size=None, tournament_size=None, export_top_k=0,
-                export_every_trial=False, objectives=None, early_stopping="none",
-                min_steps=None, reduction_factor=None)
+  values = dict(locals(), **f.UNSEARCHED, search_algorithm="random",
+                max_failed_nas_trial=max_nas_trial - 2)
   f.check(values)  # before Ray, pyglove and TensorFlow are imported
   if not local_output_dir:  # its own default, never a search's
     values["local_output_dir"] = main.default_job_dir(f.default_job_dir(values), nas_params)

@@ -184,6 +184,14 @@ def search_args(prebuilt_search_space, search_space_module, search_algorithm, se
       **extra)
 
 
+# The shared flags the proxy-task commands do not take, at what their trainings need: no reward
+# to optimize, no Pareto front, no early stopping, nothing exported.
+UNSEARCHED = {"target_device_latency_ms": None, "latency_constraint": "soft",
+              "latency_weight": 0.07, "population_size": None, "tournament_size": None,
+              "export_top_k": 0, "export_every_trial": False, "objectives": None,
+              "early_stopping": "none", "min_steps": None, "reduction_factor": None}
+
+
 def from_flags(values: dict, **extra):
   """search_args from a command's parameters (its `locals()`): the shared flags are picked out.
   Without --local_output_dir, says on stderr which job dir the settings give."""

@@ -117,11 +117,8 @@ def search_proxy_task(
   # The engine's shared flags; the recipe, the space and the models come from the selection.
   values = dict(locals(), prebuilt_search_space=space.get("search_space", "mnasnet"),
                 search_space_module=space.get("search_space_module"),
-                search_algorithm="random", max_nas_trial=1, max_failed_nas_trial=None,
-                target_device_latency_ms=None, latency_constraint="soft", latency_weight=0.07,
-                population_size=None, tournament_size=None, export_top_k=0,
-                export_every_trial=False, objectives=None, early_stopping="none",
-                min_steps=None, reduction_factor=None, search_docker_flags=None,
+                **f.UNSEARCHED, search_algorithm="random", max_nas_trial=1,
+                max_failed_nas_trial=None, search_docker_flags=None,
                 experiment=None, config_file=None, params_override=None,
                 training_data_path=None, validation_data_path=None, dataset_dir=None)
   f.check(values)  # before Ray, pyglove and TensorFlow are imported

@@ -91,11 +91,8 @@ def select_proxy_task_models(
   settings = main.SelectionSettings(rules, accuracy_metric_id, latency_metric_id)
   # The search's shared flags: proposals at random, no reward to optimize, nothing exported; it
   # stops where the selection would refuse its failures.
-  values = dict(locals(), search_algorithm=main.SEARCH_ALGORITHM,
-                max_failed_nas_trial=rules.allowed_failures, target_device_latency_ms=None,
-                latency_constraint="soft", latency_weight=0.07, population_size=None,
-                tournament_size=None, export_top_k=0, export_every_trial=False, objectives=None,
-                early_stopping="none", min_steps=None, reduction_factor=None)
+  values = dict(locals(), **f.UNSEARCHED, search_algorithm=main.SEARCH_ALGORITHM,
+                max_failed_nas_trial=rules.allowed_failures)
   f.check(values)  # before Ray, pyglove and TensorFlow are imported
   if not local_output_dir:  # its own default, never a search's
     values["local_output_dir"] = main.default_job_dir(f.default_job_dir(values))
