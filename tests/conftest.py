@@ -33,6 +33,7 @@ LONGEST_FIRST = (
     "test_launchers.py",  # 130
     "test_thor_train.py",  # 100
     "test_stage2.py",  # 100
+    "test_asha_promotions.py",  # 70
     "test_rungs_equal_one_go.py",  # 50
     "test_thor_optimizer.py",  # 75
     "test_mnasnet_backbone.py",  # 65

@@ -115,14 +115,15 @@ def test_none_never_stops_and_has_no_rungs():
   none = _scheduler('none')
   assert not none.early_stopping and not SchedulerSettings().early_stopping
   assert _decisions(none, [('1', 0, 0.9), ('2', 0, 0.0), ('3', 0, -1.0)]) == [True] * 3
-  assert scheduler_lib.known_schedulers() == ['none', 'median', 'asha']
+  assert scheduler_lib.known_schedulers() == ['none', 'median', 'asha', 'asha_promotions']
 
 
 @pytest.mark.parametrize('args, message', [
     (('ash', None, None), "unknown --early_stopping 'ash' (did you mean 'asha'?); known: none,"
-                          " median, asha"),
-    (('none', 5, None), '--min_steps is an option of --early_stopping median or asha, not none'),
-    (('none', None, 2), '--reduction_factor is an option of --early_stopping median or asha'),
+                          " median, asha, asha_promotions"),
+    (('none', 5, None), '--min_steps is an option of --early_stopping median, asha or'
+                        ' asha_promotions, not none'),
+    (('none', None, 2), '--reduction_factor is an option of --early_stopping median, asha or'),
     (('median', 0, None), '--min_steps must be at least 1, got 0'),
     (('asha', 5, 1), '--reduction_factor must be at least 2, got 1'),
 ])

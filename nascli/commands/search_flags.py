@@ -130,16 +130,17 @@ ExportEveryTrial = Annotated[bool, typer.Option(
     *flag("export_every_trial"), help="Each trial exports its SavedModel as it ends.")]
 EarlyStopping = Annotated[str, typer.Option(
     *flag("early_stopping"), help="Stop weak trials early: none, median (Ray Tune's"
-    " MedianStoppingRule) or asha (asynchronous successive halving, Ray Tune's ASHA). Trials"
-    " train in rungs of --min_steps * --reduction_factor**k steps, report, and are stopped or"
-    " go on from their checkpoint.")]
+    " MedianStoppingRule), asha (asynchronous successive halving, Ray Tune's stop rule) or"
+    " asha_promotions (the paper's promotion rule: trials pause at each rung, free workers"
+    " promote the top 1/eta). Trials train in rungs of --min_steps * --reduction_factor**k"
+    " steps, report, and are stopped or go on from their checkpoint.")]
 MinSteps = Annotated[Optional[int], typer.Option(
     *flag("min_steps"), help="With --early_stopping: the steps a trial trains before its first"
     " report (its first rung). Default: trainer.train_steps / reduction_factor**2, rounded"
     " up (rungs at about 1/9, 1/3 and all of the budget).")]
 ReductionFactor = Annotated[Optional[int], typer.Option(
     *flag("reduction_factor"), help="With --early_stopping: each rung this many times the last;"
-    " asha keeps the top 1/this of each rung (default 3).")]
+    " asha and asha_promotions keep the top 1/this of each rung (default 3).")]
 Objectives = Annotated[Optional[str], typer.Option(
     *flag("objectives"), help="A Pareto front instead of the MnasNet reward: METRIC:max|min,..."
     " of accuracy, latency_ms, flops, params, seconds (e.g. accuracy:max,latency_ms:min).")]

@@ -554,8 +554,10 @@ class Controller:
     Replays, in journal order, each `proposed` event as a proposal (skipping, with feedback,
     the duplicates the first run's `propose_new` skipped) and each `completed` event, and
     each `stopped` one (early stopping: its last rung's reward), as feedback (its `reward`: a
-    number, or a list of `num_objectives` numbers). `failed` events get no feedback, as in the
-    first run.
+    number, or a list of `num_objectives` numbers), except for a trial that got its feedback
+    from a `rung` event marked `feedback` (--early_stopping asha_promotions feeds every trial's
+    first-rung reward as it reports, so the rewards the algorithm compares were measured at the
+    same budget). `failed` events get no feedback, as in the first run.
 
     Raises:
       ReplayMismatchError: a replayed proposal differs from the journaled one: the search
@@ -564,13 +566,17 @@ class Controller:
     ctl = cls(space, algorithm, seed, num_objectives=num_objectives,
               to_nas_params=to_nas_params, **algo_options)
     trial_dna: dict[str, Dna] = {}
+    fed: set[str] = set()  # trials whose feedback was a rung report's
     for event in events:
       kind = event.get('event')
       if kind == 'proposed':
         trial_dna[event['trial_id']] = ctl._replay_proposal(  # pylint: disable=protected-access
             event['trial_id'], dna_key(event['dna']))
-      elif kind in ('completed', 'stopped'):  # stopped: early stopping, its last rung's reward
+      elif kind == 'rung' and event.get('feedback'):  # asha_promotions: the rung-0 reward
         ctl.feedback(trial_dna[event['trial_id']], event['reward'])
+        fed.add(event['trial_id'])
+      elif kind in ('completed', 'stopped') and event['trial_id'] not in fed:
+        ctl.feedback(trial_dna[event['trial_id']], event['reward'])  # stopped: its last rung's
     return ctl
 
   def _replay_proposal(self, trial_id: str, expected: Dna) -> Dna:

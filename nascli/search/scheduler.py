@@ -1,4 +1,5 @@
-"""The trial scheduler: how far each trial trains (`--early_stopping none|median|asha`).
+"""The trial scheduler: how far each trial trains (`--early_stopping none|median|asha|
+asha_promotions`).
 
 The search engine splits as Ray Tune does: the controller proposes architectures and learns
 rewards, the scheduler decides which trials go on. With early stopping a trial trains in rungs:
@@ -8,7 +9,8 @@ the trial trains to the rung's step (the learning-rate schedule stays that of th
 training stops early, `train_steps` is not shortened), evaluates and reports; the driver
 journals a `rung` event, then the scheduler's decision, `promoted` or `stopped`. A promoted
 trial's next attempt resumes from its own checkpoint at the rung's step, so no step is trained
-twice. The last rung ends as `completed`, as without early stopping.
+twice. The last rung ends as `completed`, as without early stopping. (`asha_promotions`
+decides nothing at a report: the trial pauses until a free worker promotes it, `next_job`.)
 
 Decisions are pure functions of the journal's rung reports in journal order (`decide`): a
 report is judged against the reports journaled before it, never later ones. A search killed
@@ -36,7 +38,7 @@ before any framework loads, and benchmarks simulate searches through it).
 import abc
 import dataclasses
 import warnings
-from typing import Any, Callable, Iterable, Mapping, Sequence
+from typing import AbstractSet, Any, Callable, Iterable, Mapping, Sequence
 
 from nascli.errors import NascliError
 
@@ -94,6 +96,9 @@ class Scheduler(abc.ABC):
   """Decides, from the rung reports journaled so far, whether a trial goes on."""
 
   early_stopping = True  # False: trials train their whole budget in one attempt, no rungs
+  # False: a rung report waits (the trial pauses) until a free worker promotes it
+  # (`next_job`); the search stops the trials still paused when it ends.
+  decides_at_report = True
 
   def __init__(self, settings: SchedulerSettings):
     self.settings = settings
@@ -146,7 +151,8 @@ def check(name: str, min_steps: int | None, reduction_factor: int | None,
   if not _SCHEDULERS[name].early_stopping:
     for flag, value in (('min_steps', min_steps), ('reduction_factor', reduction_factor)):
       if value is not None:
-        raise NascliError(f'--{flag} is an option of --early_stopping {" or ".join(stopping)},'
+        listed = ', '.join(stopping[:-1]) + ' or ' + stopping[-1]
+        raise NascliError(f'--{flag} is an option of --early_stopping {listed},'
                           f' not {name}')
     return
   if min_steps is not None and min_steps < 1:
@@ -240,6 +246,27 @@ class Asha(Scheduler):
     return not report.reward < cutoff
 
 
+@register_scheduler('asha_promotions')
+class AshaPromotions(Scheduler):
+  """Promotion-based ASHA (Li et al. 2020; nascli/search/promotion.py): a trial pauses at each
+  rung it reports; a free worker promotes the best paused trial in the top 1/eta of its rung's
+  results, else starts a new trial. When no new trial may start and none can be promoted, the
+  search ends and the trials still paused are stopped at their last rung."""
+
+  decides_at_report = False
+
+  def should_continue(self, report: Report, history: Sequence[Report]) -> bool:
+    raise TypeError('asha_promotions decides when a worker is free (next_job), not at a report')
+
+  def next_job(self, all_reports: Sequence[Report], promoted: AbstractSet[tuple[str, int]],
+               running: AbstractSet[str], train_steps: int) -> Any:
+    """promotion.next_job on this search's ladder."""
+    from nascli.search import promotion  # pylint: disable=g-import-not-at-top
+    factor = self.settings.reduction_factor
+    ladder = rung_steps(self.settings.min_steps, factor, train_steps)
+    return promotion.next_job(all_reports, promoted, running, factor, len(ladder))
+
+
 # --------------------------------------------------------------------------- the journal
 
 
@@ -266,6 +293,8 @@ def decide(scheduler: Scheduler, all_reports: Sequence[Report], report: Report) 
 def owed(scheduler: Scheduler, events: Sequence[Mapping[str, Any]]) -> list[tuple[Report, bool]]:
   """Reports with no decision journaled (the driver died in between), in journal order, each
   with the decision it gets."""
+  if not scheduler.decides_at_report:
+    return []  # paused trials wait for a free worker (AshaPromotions.next_job)
   done = journaled_decisions(events)
   every = reports(events)
   return [(r, decide(scheduler, every, r)) for r in every if (r.trial_id, r.rung) not in done]

@@ -173,6 +173,7 @@ class SearchLoop:
           checker.close()
         check.remove()
       check_budget(args, checked["train_steps"])
+      self.train_steps = checked["train_steps"]
       self._load_space()
     except BaseException:
       self.executor.close()
@@ -299,8 +300,9 @@ class SearchLoop:
       self._record(run.trial_id, {"event": "completed", "trial_id": run.trial_id,
                                   "reward": reward, "metrics": metrics},
                    published=outcome.published)
-      ctl.feedback(state.proposals[run.trial_id].dna,
-                   tuple(reward) if isinstance(reward, list) else reward)
+      if run.trial_id not in self._fed:  # asha_promotions fed its first rung's reward
+        ctl.feedback(state.proposals[run.trial_id].dna,
+                     tuple(reward) if isinstance(reward, list) else reward)
       return False
     else:
       kind = status.get("status") if status.get("status") in journal_lib.FAILED_STATUSES else (
@@ -327,16 +329,26 @@ class SearchLoop:
     the loop writes, so its state is the journal's without a replay per turn."""
     record = self.journal.append(event)
     self.state.apply(record)
+    self._note(record)
+    return record
+
+  def _note(self, record: dict[str, Any]) -> None:
+    """What the scheduler reads of an event: rung reports, promotions, rung feedback."""
     if record["event"] == scheduler_lib.RUNG:
       self._reports.extend(scheduler_lib.reports([record]))
-    return record
+      if record.get("feedback"):
+        self._fed.add(str(record["trial_id"]))
+    elif record["event"] == scheduler_lib.PROMOTED:
+      self._promoted.add((str(record["trial_id"]), int(record["rung"])))
 
   def _resync(self) -> list[dict[str, Any]]:
     """The journal's events, read once; the loop's state and rung reports rebuilt from them
     (at the start, and after an interrupt, which may have cut an append short)."""
     events = self.journal.events()
     self.state = journal_lib.replay(events)
-    self._reports = scheduler_lib.reports(events)
+    self._reports, self._promoted, self._fed = [], set(), set()
+    for event in events:
+      self._note(event)
     return events
 
   def _rung_metrics(self, analysis: dict[str, Any]) -> dict[str, Any]:
@@ -354,15 +366,22 @@ class SearchLoop:
                    accuracy_metric=analysis.get("accuracy_metric", self.metric),
                    **self._rung_metrics(analysis))
     self.journal.check_writer()
+    # asha_promotions: the controller learns every trial's first-rung reward as it reports.
+    feedback = not self.scheduler.decides_at_report and analysis["rung"] == 0
     self._append({"event": scheduler_lib.RUNG, "trial_id": run.trial_id,
                   "rung": analysis["rung"], "step": analysis["step"],
-                  "reward": analysis["reward"], "metrics": metrics})
+                  "reward": analysis["reward"], "metrics": metrics,
+                  **({"feedback": True} if feedback else {})})
     report = self._reports[-1]  # the one just journaled
+    if feedback:
+      ctl.feedback(self.state.proposals[run.trial_id].dna, report.reward)
+    if not self.scheduler.decides_at_report:
+      return False  # paused: a free worker promotes it, or the search's end stops it
     return self._decided(report, scheduler_lib.decide(self.scheduler, self._reports, report),
                          ctl)
 
   def _decided(self, report: scheduler_lib.Report, go_on: bool,
-               ctl: controller_lib.Controller) -> bool:
+               ctl: controller_lib.Controller, reason: str | None = None) -> bool:
     """Journals the scheduler's decision on a rung report; a stopped trial is final and the
     controller gets its last rung's reward then (as Ray Tune gives a searcher a stopped
     trial's last result), so a rebuilt controller replays it at the same place."""
@@ -372,15 +391,41 @@ class SearchLoop:
       return True
     state = self.state
     last = state.rungs[report.trial_id][-1]
-    reason = (f"--early_stopping {self.args.scheduler.name} stopped it at rung {report.rung}"
-              f" (step {report.step}, reward {report.reward:.4g})")
+    reason = reason or (f"--early_stopping {self.args.scheduler.name} stopped it at rung"
+                        f" {report.rung} (step {report.step}, reward {report.reward:.4g})")
     trial_lib.mark_stopped(os.path.join(self.work_dir, report.trial_id), reason)
     self._record(report.trial_id, {
         "event": scheduler_lib.STOPPED, "trial_id": report.trial_id, "rung": report.rung,
         "step": report.step, "reward": report.reward, "metrics": last["metrics"],
         "reason": reason})
-    ctl.feedback(state.proposals[report.trial_id].dna, report.reward)
+    if report.trial_id not in self._fed:
+      ctl.feedback(state.proposals[report.trial_id].dna, report.reward)
     return False
+
+  def _next_promotion(self, state: journal_lib.JobState) -> str | None:
+    """asha_promotions: the paused trial a free worker promotes now (journaled `promoted`), or
+    None: the worker starts a new trial."""
+    if self.scheduler.decides_at_report or not self.scheduler.early_stopping:
+      return None
+    job = self.scheduler.next_job(self._reports, self._promoted, set(self._running),
+                                  self.train_steps)
+    if job.trial_id is None or state.status.get(job.trial_id) != journal_lib.PAUSED:
+      return None
+    self.journal.check_writer()
+    self._append({"event": scheduler_lib.PROMOTED, "trial_id": job.trial_id,
+                  "rung": job.rung - 1})
+    return job.trial_id
+
+  def _stop_paused(self, state: journal_lib.JobState, ctl: controller_lib.Controller) -> None:
+    """asha_promotions, at the search's end: the trials still paused were never in the top
+    1/eta of their rung; each is stopped there, a final state with that rung's reward."""
+    eta = self.args.scheduler.reduction_factor
+    for trial_id in state.trial_ids(journal_lib.PAUSED):
+      report = next(r for r in reversed(self._reports) if r.trial_id == trial_id)
+      self._decided(report, False, ctl, reason=(
+          f"--early_stopping {self.args.scheduler.name}: not promoted from rung {report.rung}"
+          f" (step {report.step}, reward {report.reward:.4g}), below the top 1/{eta} of its"
+          " rung when the search ended"))
 
   def _decide_owed(self, ctl: controller_lib.Controller) -> int:
     """On resume: the decisions on rung reports a killed driver journaled none for, made now
@@ -524,6 +569,8 @@ class SearchLoop:
         while free and stop_reason is None:
           if queue:
             trial_id = queue.pop(0)
+          elif (promoted := self._next_promotion(state)) is not None:
+            trial_id = promoted
           elif len(state.proposals) < a.max_nas_trial:
             proposal = ctl.propose_trial(state.dnas())
             if proposal is None:
@@ -541,6 +588,9 @@ class SearchLoop:
           self._progress.report(state, force=True)
         live.update(self._table(state, running))
         if not running:
+          if stop_reason is None and state.trial_ids(journal_lib.PAUSED):
+            self._stop_paused(state, ctl)
+            results.update_all(a.job_dir, state, self.decision_domains, self._hparams_written)
           break
         time.sleep(0.5)
         ended = False
@@ -710,9 +760,8 @@ def finished_job(args: SearchArgs) -> journal_lib.JobState | None:
       != journal_lib.fingerprint(settings, MUTABLE)):
     return None
   state = journal_lib.replay(events)
-  if state.unfinished() or (args.scheduler.early_stopping and scheduler_lib.owed(
-      scheduler_lib.make(args.scheduler), events)):
-    return None
+  if state.unfinished() or state.trial_ids(journal_lib.PAUSED):
+    return None  # paused: a rung report awaits its decision or a promotion
   failed = len(state.trial_ids(*journal_lib.FAILED_STATUSES))
   if len(state.proposals) < args.max_nas_trial and failed <= max_failed(args):
     return None
@@ -878,10 +927,11 @@ def _fmt(value) -> str:
 def _trial_line(state: journal_lib.JobState, trial_id: str, metric: str = "accuracy") -> str:
   m = state.metrics.get(trial_id, {})
   status = state.status[trial_id]
-  if status == journal_lib.PENDING and state.rungs.get(trial_id):  # promoted
-    last = state.rungs[trial_id][-1]
+  if status in (journal_lib.PENDING, journal_lib.PAUSED) and state.rungs.get(trial_id):
+    last = state.rungs[trial_id][-1]  # promoted, or paused until a free worker promotes it
     return (f"trial {trial_id}: rung {last['rung']} (step {last['step']}): reward"
-            f" {_fmt(last['reward'])}, promoted")
+            f" {_fmt(last['reward'])}, "
+            + ("promoted" if status == journal_lib.PENDING else "paused"))
   if status != journal_lib.COMPLETED:
     return f"trial {trial_id}: {status}: {state.reasons.get(trial_id, '')}"
   return (f"trial {trial_id}: reward {_fmt(state.rewards[trial_id])},"
