@@ -19,9 +19,10 @@ step]}, "seconds_per_step": float (optional)}`: every architecture's validation 
 at step s is its curve linearly interpolated between the recorded steps (NaN where a recorded
 value is NaN). `--from_job` builds this file from nascli search job dirs: each trial folder (a
 folder named by digits) with a `model_analysis.json` whose `accuracy_metric` (or `--metric`)
-names the scalar to read from the TensorFlow event files in its `validation/` folder (written
-by Model Garden's trainer and nascli's final evaluation; at a step written twice the later
-event wins); trials whose curve stops before the last step of the others (stopped early) are
+names the scalar to read from its `validation_curve.jsonl` (a search run with
+`TrialSettings.validation_curve_points`, as bench_record_curves.py runs one; no TensorFlow) or
+else from the TensorFlow event files in its `validation/` folder (written by Model Garden's
+trainer and nascli's final evaluation); at a step written twice the later value wins; trials whose curve stops before the last step of the others (stopped early) are
 left out, and curves are put on the union of the recorded steps. `seconds_per_step` is the
 median of the trials' `timing.train_steps_s` per trained step. `--synthetic` generates curves
 instead (`synthetic_curves`: seeded, saturating curves whose learning speeds differ, weakly
@@ -113,6 +114,7 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
+from nascli.proxy import trial_curves
 from nascli.search import promotion
 from nascli.search import scheduler as scheduler_lib
 
@@ -231,11 +233,17 @@ def curves_from_jobs(job_dirs: Sequence[str], metric: str | None = None) -> Curv
                     key=lambda p: int(p.name))
     for trial in trials:
       analysis_path = trial / 'model_analysis.json'
-      if not analysis_path.is_file() or not (trial / 'validation').is_dir():
+      if not analysis_path.is_file():
         continue
       analysis = json.loads(analysis_path.read_text())
       tag = metric or analysis.get('accuracy_metric') or 'accuracy'
-      curve = read_validation_curve(trial / 'validation', tag)
+      recorded = trial_curves.read_curve(str(trial), tag)  # validation_curve.jsonl
+      if recorded is not None:
+        curve = {int(s): v for s, v in zip(*recorded)}
+      elif (trial / 'validation').is_dir():
+        curve = read_validation_curve(trial / 'validation', tag)
+      else:
+        continue
       if curve:
         raw[f'{job.name}/{trial.name}'] = curve
       timing, step = analysis.get('timing') or {}, analysis.get('step')

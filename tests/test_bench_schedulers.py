@@ -173,3 +173,24 @@ def test_from_job_reads_the_validation_curves_of_a_search_job(tmp_path):
                            'job/12': [0.25, 0.375, 0.5]}
   assert curves.seconds_per_step == pytest.approx(6.0 / 30)
   assert math.isclose(curves.reward('job/1', 15), 0.375)
+
+
+def test_from_job_prefers_the_trials_validation_curve_file(tmp_path):
+  """A search run with validation_curve_points writes validation_curve.jsonl: read without
+  TensorFlow, a line cut by a kill skipped, a step evaluated twice keeping its later value."""
+  job = tmp_path / 'job'
+  for trial_id, lines in (('1', ['{"step": 30, "accuracy": 0.5}', '{"step": 60, "accura',
+                                 '{"step": 60, "accuracy": 0.625}',
+                                 '{"step": 90, "accuracy": 0.6}',
+                                 '{"step": 90, "accuracy": 0.75}']),
+                          ('2', ['{"step": 30, "accuracy": 0.25}',
+                                 '{"step": 90, "accuracy": 0.875}'])):
+    folder = job / trial_id
+    folder.mkdir(parents=True)
+    (folder / 'model_analysis.json').write_text(json.dumps(
+        {'accuracy_metric': 'accuracy', 'step': 90, 'timing': {'train_steps_s': 9.0}}))
+    (folder / 'validation_curve.jsonl').write_text('\n'.join(lines) + '\n')
+  curves = bench.curves_from_jobs([str(job)])
+  assert curves.steps == [30, 60, 90]
+  assert curves.curves == {'job/1': [0.5, 0.625, 0.75], 'job/2': [0.25, 0.5625, 0.875]}
+  assert curves.seconds_per_step == pytest.approx(0.1)
