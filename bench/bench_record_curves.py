@@ -46,6 +46,7 @@ def main() -> None:
   from nascli.search import search_loop
   loop = max(1, a.steps // a.points)
   override = (f"trainer.train_steps={a.steps},trainer.steps_per_loop={loop},"
+              f"trainer.summary_interval={loop},"
               f"trainer.checkpoint_interval={a.steps},trainer.validation_interval={a.steps},"
               f"trainer.optimizer_config.learning_rate.cosine.decay_steps={a.steps}")
   args = search_loop.SearchArgs(job_dir=job_dir, search_space=a.space,

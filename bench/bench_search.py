@@ -11,6 +11,7 @@ evolution against random search.
     python bench/bench_search.py algorithms [--seeds 1,2,3] [--trials 12]
                                             [--population_size 4] [--tournament_size 2]
     python bench/bench_search.py early_stopping [--seeds 1,2,3] [--trials 6]
+        [--schedulers none,asha,asha_promotions]
                                                 [--proxy_steps 540] [--min_steps 90]
                                                 [--reduction_factor 3] [--asha_trials_factor 2]
     (all: [--work_dir /tmp/nascli_bench_search] [--out bench/results/search_<part>.json])
@@ -79,8 +80,9 @@ algorithms  For each seed, a search of `--trials` trials with `random` and one w
 early_stopping
             Per seed (`--seeds`), random search on digits with a `--proxy_steps` proxy (cosine
             decay over it), one trial at a time, validation accuracy as the reward: no early
-            stopping with `--trials` trials against `--early_stopping asha` (`--min_steps`,
-            `--reduction_factor`) proposing `--asha_trials_factor` times as many. The same seed
+            stopping with `--trials` trials against each `--schedulers` value after none
+            (`--early_stopping asha` and `asha_promotions` by default; `--min_steps`,
+            `--reduction_factor`), each proposing `--asha_trials_factor` times as many. The same seed
             proposes the same architectures in the same order (random search ignores rewards),
             so ASHA sees a superset of the same architectures. Compute = training steps spent,
             rungs included (scheduler.compute_spent, from the journal), and wall time. Reported
@@ -658,16 +660,18 @@ def early_stopping(args) -> dict:
               f"trainer.summary_interval={loop},trainer.checkpoint_interval={steps},"
               f"trainer.validation_interval={steps},"
               f"trainer.optimizer_config.learning_rate.cosine.decay_steps={steps}")
-  configs = {
-      "none": ["--max_nas_trial", str(args.trials)],
-      "asha": ["--max_nas_trial", str(args.trials * args.asha_trials_factor), "--early_stopping",
-               "asha", "--min_steps", str(args.min_steps), "--reduction_factor",
-               str(args.reduction_factor)],
-  }
+  names = args.schedulers.split(",")
+  if names[0] != "none":
+    raise SystemExit("early_stopping: --schedulers must start with none (the baseline)")
+  configs = {"none": ["--max_nas_trial", str(args.trials)]}
+  for name in names[1:]:
+    configs[name] = ["--max_nas_trial", str(args.trials * args.asha_trials_factor),
+                     "--early_stopping", name, "--min_steps", str(args.min_steps),
+                     "--reduction_factor", str(args.reduction_factor)]
   runs = []
   seeds = [int(s) for s in args.seeds.split(",")]
   for i, seed in enumerate(seeds):
-    order = ("none", "asha") if i % 2 == 0 else ("asha", "none")
+    order = names[i % len(names):] + names[:i % len(names)]  # each first on some seed
     for name in order:
       job = work / f"es_{name}_{seed}"
       result = search(job, work, *configs[name], "--max_parallel_nas_trial", "1", "--seed",
@@ -680,9 +684,33 @@ def early_stopping(args) -> dict:
       print(f"seed {seed} {name}: best {curve['best_reward']} with {curve['steps']} steps"
             f" ({result['wall_s']:.0f} s, {curve['statuses']})", file=sys.stderr)
   by = {n: {r["seed"]: r for r in runs if r["early_stopping"] == n} for n in configs}
+  nones = [r["best_reward"] for r in by["none"].values()]
+  # Run-to-run spread: the std of no early stopping's best over the seeds; "reached" within it.
+  spread = statistics.stdev(nones) if len(nones) > 1 else 0.0
+  summary = {"none_best_mean": round(statistics.mean(nones), 4),
+             "none_best_std_over_seeds": round(spread, 4),
+             "none_wall_s_mean": round(statistics.mean(r["wall_s"] for r in by["none"].values()),
+                                       1)}
+  per_seed = {}
+  for name in names[1:]:
+    per_seed[name] = _versus_none(by["none"], by[name], seeds, spread)
+    summary[name] = {
+        "best_mean": round(statistics.mean(r["best_reward"] for r in by[name].values()), 4),
+        "compute_ratio_mean": round(statistics.mean(
+            r["steps"] / by["none"][r["seed"]]["steps"] for r in by[name].values()), 3),
+        "wall_ratio_mean": round(statistics.mean(p["wall_ratio"] for p in per_seed[name]), 3),
+        "seeds_within_spread_at_half_compute": sum(
+            1 for p in per_seed[name] if p["compute_ratio_to_reach_within_spread"] is not None
+            and p["compute_ratio_to_reach_within_spread"] <= 0.5)}
+  return {"proxy_steps": steps, "override": override, "runs": runs, "per_seed": per_seed,
+          "summary": summary}
+
+
+def _versus_none(none_runs: dict, runs: dict, seeds: list[int], spread: float) -> list[dict]:
+  """Per seed: a scheduler's search against no early stopping's on the same seed."""
   per_seed = []
   for seed in seeds:
-    none, asha = by["none"][seed], by["asha"][seed]
+    none, asha = none_runs[seed], runs[seed]
     # The compute at which ASHA's best full-budget reward first reached no early stopping's.
     reach = next((c for c, b in asha["curve"] if b is not None and b >= none["best_reward"]),
                  None)
@@ -695,24 +723,11 @@ def early_stopping(args) -> dict:
                      "asha_steps_to_reach_none_best": reach,
                      "compute_ratio_to_reach": _ratio(reach, none["steps"], 3),
                      "wall_ratio": _ratio(asha["wall_s"], none["wall_s"], 3)})
-  nones = [r["best_reward"] for r in by["none"].values()]
-  # Run-to-run spread: the std of no early stopping's best over the seeds; "reached" within it.
-  spread = statistics.stdev(nones) if len(nones) > 1 else 0.0
-  for p in per_seed:
-    asha = by["asha"][p["seed"]]
+    p = per_seed[-1]
     p["asha_steps_to_reach_none_best_within_spread"] = reach = next(
         (c for c, b in asha["curve"] if b is not None and b >= p["none_best"] - spread), None)
     p["compute_ratio_to_reach_within_spread"] = _ratio(reach, p["none_steps"], 3)
-  return {"proxy_steps": steps, "override": override, "runs": runs, "per_seed": per_seed,
-          "summary": {
-              "none_best_mean": round(statistics.mean(nones), 4),
-              "none_best_std_over_seeds": round(spread, 4),
-              "asha_best_mean": round(statistics.mean(r["best_reward"]
-                                                      for r in by["asha"].values()), 4),
-              "asha_compute_ratio_mean": round(statistics.mean(
-                  r["steps"] / by["none"][r["seed"]]["steps"] for r in by["asha"].values()), 3),
-              "asha_wall_ratio_mean": round(statistics.mean(p["wall_ratio"]
-                                                           for p in per_seed), 3)}}
+  return per_seed
 
 
 PARTS = {"overhead": overhead, "throughput": throughput, "latency_agreement": latency_agreement,
@@ -749,6 +764,8 @@ def main() -> None:
   parser.add_argument("--min_steps", type=int, default=90, help="early_stopping: ASHA's first"
                       " rung (also the proxy's steps_per_loop)")
   parser.add_argument("--reduction_factor", type=int, default=3)
+  parser.add_argument("--schedulers", default="none,asha,asha_promotions",
+                      help="early_stopping: none, then the --early_stopping values to compare")
   parser.add_argument("--asha_trials_factor", type=int, default=2,
                       help="early_stopping: ASHA proposes this many times --trials")
   args = parser.parse_args()
