@@ -93,6 +93,8 @@ last step (a partial budget's reward is not a trained model): the best so far ov
       (std with ddof=1), a seed that never reaches it within the horizon counted at the horizon
       (a lower bound: the cell says how many reached it); as ratios to none's budget and, per
       seed, to the compute none itself needed to reach it (the trial that set it completes).
+      Paired by seed against `--reference`: wins (fewer steps) / ties / losses and the Wilcoxon
+      signed-rank p of the differences.
   (b) the best reward at the budget (equal compute for all), mean +- std, and paired by seed
       against `--reference` (default asha, nascli's early stopping today): mean difference +-
       std, wins / ties / losses, Wilcoxon signed-rank p (two-sided; scipy).
@@ -728,6 +730,7 @@ def benchmark(curves: Curves, schedulers: Sequence[str], seeds: Sequence[int], w
         f'{n} {per_seed[n][-1]["ratio_to_none_budget"]:.2f}x' for n in schedulers))
   summary = {}
   ref_best = [r['best_at_budget'] for r in per_seed[reference]]
+  ref_steps = [r['ratio_to_none_budget'] * budget for r in per_seed[reference]]
   for name in schedulers:
     rows = per_seed[name]
     reached = [r for r in rows if r['compute_to_target'] is not None]
@@ -743,6 +746,13 @@ def benchmark(curves: Curves, schedulers: Sequence[str], seeds: Sequence[int], w
         'vs_reference': {'diff': _mean_std(diffs), 'wins': sum(d > 0 for d in diffs),
                          'ties': sum(d == 0 for d in diffs), 'losses': sum(d < 0 for d in diffs),
                          'wilcoxon_p': None if name == reference else _wilcoxon(diffs)},
+        # (a) paired: fewer steps than the reference to none's best is a win.
+        'compute_vs_reference': {
+            'wins': sum(a < r for a, r in zip(steps, ref_steps)),
+            'ties': sum(a == r for a, r in zip(steps, ref_steps)),
+            'losses': sum(a > r for a, r in zip(steps, ref_steps)),
+            'wilcoxon_p': None if name == reference else _wilcoxon(
+                [a - r for a, r in zip(steps, ref_steps)])},
         'trials': statistics.fmean(r['trials'] for r in rows),
         'completed': statistics.fmean(r['completed'] for r in rows),
     }
@@ -752,20 +762,25 @@ def benchmark(curves: Curves, schedulers: Sequence[str], seeds: Sequence[int], w
 def markdown(result: dict[str, Any], reference: str, seeds: int) -> str:
   """The side-by-side table."""
   head = ('| scheduler | (a) steps to none\'s best | reached | ÷ none\'s budget |'
-          ' ÷ none\'s steps to it | (b) best at equal compute |'
+          f' ÷ none\'s steps to it | (a) W / T / L vs {reference}, p |'
+          ' (b) best at equal compute |'
           f' (b) − {reference} | W / T / L vs {reference} | Wilcoxon p |'
           ' trials started / completed in the budget |')
-  lines = [head, '|' + '---|' * 10]
+  lines = [head, '|' + '---|' * 11]
   for name, s in result['summary'].items():
     (c, c_sd), (rb, rb_sd) = s['compute_to_target'], s['ratio_to_none_budget']
     (rc, rc_sd), (b, b_sd) = s['ratio_to_none_compute'], s['best_at_budget']
     vs = s['vs_reference']
     p = vs['wilcoxon_p']
+    va = s['compute_vs_reference']
+    pa = '—' if va['wilcoxon_p'] is None else f'{va["wilcoxon_p"]:.3g}'
     lower = '≥ ' if s['reached'] < seeds else ''
     lines.append(
         f'| {name} | {lower}{c:,.0f} ± {c_sd:,.0f} | {s["reached"]}/{seeds} |'
         f' {lower}{rb:.2f} ± {rb_sd:.2f} | {lower}{rc:.2f} ± {rc_sd:.2f} |'
-        f' {b:.4f} ± {b_sd:.4f} |'
+        + (' — |' if name == reference else
+           f' {va["wins"]} / {va["ties"]} / {va["losses"]}, {pa} |')
+        + f' {b:.4f} ± {b_sd:.4f} |'
         + (' — | — | — |' if name == reference else
            f' {vs["diff"][0]:+.4f} ± {vs["diff"][1]:.4f} |'
            f' {vs["wins"]} / {vs["ties"]} / {vs["losses"]} |'
