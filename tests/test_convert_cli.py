@@ -208,7 +208,7 @@ def test_bad_flags_are_refused_before_tensorflow_is_imported(tmp_path):
       (["digits", "--channels", "2"], "--channels must be 1 or 3, got 2"),
       (["shapes", "--image_size", "16"], "--image_size 16: image_size must be >= 32"),
       (["shapes", "--num_samples", "0"], "--num_samples must be at least 1, got 0"),
-      (["cifar10", "--seed", "3"], "--seed does not apply to cifar10 (only to digits, flowers,"),
+      (["cifar10", "--seed", "3"], "--seed does not apply to cifar10 (only to digits, digits_clutter, flowers,"),
       (["imagefolder", "--source", folder, "--image_size", "32"], "--image_size does not apply"),
       (["imagefolder", "--source", folder, "--label_map", missing],
        f"label map {missing} is not a file"),

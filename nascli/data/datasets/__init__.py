@@ -2,6 +2,7 @@
 
 # pylint: disable=unused-import
 from nascli.data.datasets import digits
+from nascli.data.datasets import digits_clutter
 from nascli.data.datasets import coco
 from nascli.data.datasets import shapes_source
 from nascli.data.datasets import imagefolder
