@@ -2,8 +2,8 @@
 benchmark bench_schedulers.py replays (issue 26).
 
     python bench/bench_record_curves.py [--space mnasnet] [--trials 30] [--steps 810]
-        [--points 27] [--seed 0] [--job_dir bench/results/curves_mnasnet_digits]
-        [--out bench/results/curves_mnasnet_digits.json]
+        [--points 27] [--seed 0] [--dataset_dir DIR] [--name NAME]
+        [--job_dir bench/results/NAME] [--out bench/results/NAME.json]
 
 A plain nascli search (random search: its proposals do not depend on rewards, so the set is
 the first --trials architectures of --seed; no early stopping) on the space's embedded data,
@@ -35,10 +35,14 @@ def main() -> None:
   p.add_argument("--steps", type=int, default=810)
   p.add_argument("--points", type=int, default=27)
   p.add_argument("--seed", type=int, default=0)
+  p.add_argument("--dataset_dir", help="a convert-data folder (default: the space's embedded"
+                 " data set)")
+  p.add_argument("--name", help="names the job dir and the curves file (default:"
+                 " curves_SPACE_STEPS)")
   p.add_argument("--job_dir")
   p.add_argument("--out")
   a = p.parse_args()
-  name = f"curves_{a.space}_{a.steps}"
+  name = a.name or f"curves_{a.space}_{a.steps}"
   job_dir = a.job_dir or os.path.join(HERE, "results", name)
   out = a.out or os.path.join(HERE, "results", f"{name}.json")
   # pylint: disable=g-import-not-at-top
@@ -54,10 +58,13 @@ def main() -> None:
                                 export_top_k=0)
   args.trial.run.seed = a.seed
   args.trial.validation_curve_points = a.points
+  if a.dataset_dir:
+    args.trial.run.data.dataset_dir = a.dataset_dir
   started = time.monotonic()
   local_main.run(args, [f"params_override={override}"])
   curves = bench_schedulers.curves_from_jobs([job_dir])
-  data = {"task": f"{a.space} on its embedded data, random architectures (seed {a.seed}),"
+  data = {"task": f"{a.space} on {a.dataset_dir or 'its embedded data'}, random architectures"
+                  f" (seed {a.seed}),"
                   f" {a.steps} steps, the testing YAML's recipe",
           "steps": curves.steps, "curves": curves.curves,
           "seconds_per_step": curves.seconds_per_step, "machine": host.machine(),
