@@ -89,8 +89,9 @@ last step as its maximum, and every trial reports at every rung it reaches (and 
 What is measured, per scheduler and seed. A trial's reward counts once it is trained to the
 last step (a partial budget's reward is not a trained model): the best so far over compute.
   (a) the compute until the best reward reaches the best `none` reaches within the whole
-      `--budget` (default 16 full trainings; its target per seed). Mean +- std over seeds
-      (std with ddof=1), a seed that never reaches it within the horizon counted at the horizon
+      `--budget` (default 16 full trainings; its target per seed), less `--tolerance` (default
+      0; e.g. the run-to-run spread, where a difference below it is not a difference). Mean
+      +- std over seeds (std with ddof=1), a seed that never reaches it within the horizon counted at the horizon
       (a lower bound: the cell says how many reached it); as ratios to none's budget and, per
       seed, to the compute none itself needed to reach it (the trial that set it completes).
       Paired by seed against `--reference`: wins (fewer steps) / ties / losses and the Wilcoxon
@@ -701,7 +702,8 @@ def rank_correlations(curves: Curves, ladder: Ladder) -> list[float | None]:
 
 def benchmark(curves: Curves, schedulers: Sequence[str], seeds: Sequence[int], workers: int,
               budget: float, horizon: float, ladder: Ladder, reference: str,
-              progress: Callable[[str], None] = lambda line: None) -> dict[str, Any]:
+              progress: Callable[[str], None] = lambda line: None, tolerance: float = 0.0
+              ) -> dict[str, Any]:
   """Every scheduler on every seed; per seed and summary numbers (the module docstring)."""
   if 'none' not in schedulers:
     schedulers = ['none', *schedulers]
@@ -714,6 +716,7 @@ def benchmark(curves: Curves, schedulers: Sequence[str], seeds: Sequence[int], w
     if target is None:
       raise ValueError(f'seed {seed}: no trial of `none` ended with a finite reward within the'
                        f' budget ({budget:g} steps)')
+    target -= tolerance  # --tolerance: within the run-to-run spread of none's best
     none_to = none.compute_to(target)
     for name in schedulers:
       run = none if name == 'none' else simulate(name, curves, ladder, seed, workers,
@@ -821,6 +824,9 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
                       default=scheduler_lib.DEFAULT_REDUCTION_FACTOR)
   parser.add_argument('--schedulers', default=','.join(POLICIES))
   parser.add_argument('--reference', default=DEFAULT_REFERENCE)
+  parser.add_argument('--tolerance', type=float, default=0.0,
+                      help='(a) counts none\'s best minus this as reached (e.g. the run-to-run'
+                      ' spread)')
   parser.add_argument('--out', default=str(ROOT / 'bench' / 'results' / 'schedulers.json'))
   return parser.parse_args(argv)
 
@@ -862,7 +868,8 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
         f' {args.workers} workers, budget {budget:,.0f} steps'
         f' ({budget / curves.steps[-1]:g} full trainings), {len(seeds)} seeds', flush=True)
   result = benchmark(curves, schedulers, seeds, args.workers, budget, args.horizon, ladder,
-                     args.reference, progress=lambda line: print(line, flush=True))
+                     args.reference, progress=lambda line: print(line, flush=True),
+                     tolerance=args.tolerance)
   table = markdown(result, args.reference, len(seeds))
   print(table)
   sys.path.insert(0, str(ROOT / 'bench'))
@@ -874,7 +881,8 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
          'seconds_per_step': curves.seconds_per_step, 'rungs': list(ladder.steps),
          'reduction_factor': ladder.reduction_factor, 'kendall_tau_per_rung': taus,
          'workers': args.workers, 'budget': budget, 'horizon': args.horizon * budget,
-         'seeds': seeds, 'reference': args.reference, 'table': table, **result}
+         'seeds': seeds, 'reference': args.reference, 'tolerance': args.tolerance,
+         'table': table, **result}
   os.makedirs(Path(args.out).parent, exist_ok=True)
   Path(args.out).write_text(json.dumps(out, indent=1) + '\n')
   print(f'wrote {args.out}')
