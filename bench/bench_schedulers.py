@@ -92,8 +92,9 @@ last step (a partial budget's reward is not a trained model): the best so far ov
       `--budget` (default 16 full trainings; its target per seed), less `--tolerance` (default
       0; e.g. the run-to-run spread, where a difference below it is not a difference). Mean
       +- std over seeds (std with ddof=1), a seed that never reaches it within the horizon
-      counted at the horizon (a lower bound: the cell says how many reached it); as ratios to none's budget and, per
-      seed, to the compute none itself needed to reach it (the trial that set it completes).
+      counted at the horizon (a lower bound: the cell says how many reached it); as ratios to
+      none's budget and, per seed, to the compute none itself needed to reach it (the trial
+      that set it completes).
       Paired by seed against `--reference`: wins (fewer steps) / ties / losses and the Wilcoxon
       signed-rank p of the differences.
   (b) the best reward at the budget (equal compute for all), mean +- std, and paired by seed
