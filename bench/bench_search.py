@@ -712,7 +712,9 @@ def _versus_none(none_runs: dict, runs: dict, seeds: list[int], spread: float) -
   for seed in seeds:
     none, asha = none_runs[seed], runs[seed]
     # The compute at which ASHA's best full-budget reward first reached no early stopping's.
-    reach = next((c for c, b in asha["curve"] if b is not None and b >= none["best_reward"]),
+    # The curve's rewards are rounded to 4 places: compare at that precision.
+    reach = next((c for c, b in asha["curve"]
+                  if b is not None and b >= round(none["best_reward"], 4)),
                  None)
     # ASHA's best within the compute no early stopping spent.
     within = max((b for c, b in asha["curve"] if b is not None and c <= none["steps"]),
@@ -725,7 +727,8 @@ def _versus_none(none_runs: dict, runs: dict, seeds: list[int], spread: float) -
                      "wall_ratio": _ratio(asha["wall_s"], none["wall_s"], 3)})
     p = per_seed[-1]
     p["asha_steps_to_reach_none_best_within_spread"] = reach = next(
-        (c for c, b in asha["curve"] if b is not None and b >= p["none_best"] - spread), None)
+        (c for c, b in asha["curve"]
+         if b is not None and b >= round(p["none_best"] - spread, 4)), None)
     p["compute_ratio_to_reach_within_spread"] = _ratio(reach, p["none_steps"], 3)
   return per_seed
 
