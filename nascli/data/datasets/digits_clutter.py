@@ -24,7 +24,7 @@ from nascli.errors import NascliError
 
 VARIANTS = 3  # drawings of each scan
 _SPLIT_CODES = {"train": 1, "validation": 2}
-_FRAGMENTS = 2  # clutter pieces per image
+_FRAGMENTS = 1  # clutter pieces per image
 
 
 @register_source("digits_clutter")
@@ -61,7 +61,7 @@ class DigitsClutterSource(digits.DigitsSource):
     image[:] = base
     # A smooth tint across the image, then pixel noise.
     ramp = np.linspace(-1.0, 1.0, size, dtype=np.float32)
-    image += (rng.uniform(-40, 40, 3)[None, None, :]
+    image += (rng.uniform(-25, 25, 3)[None, None, :]
               * ramp[:, None, None] * rng.choice([-1.0, 1.0]))
     same_side = self._scans[split]
     for _ in range(_FRAGMENTS):
@@ -70,13 +70,13 @@ class DigitsClutterSource(digits.DigitsSource):
       piece = cv2.resize(other[y:y + 4, x:x + 4], (size // 2, size // 2),
                          interpolation=cv2.INTER_LINEAR)
       _paint(image, piece, rng.integers(0, size - size // 2 + 1, 2), _colour(rng, base),
-             alpha=0.75)
-    scale = int(round(size * rng.uniform(0.45, 0.8)))
+             alpha=0.5)
+    scale = int(round(size * rng.uniform(0.6, 0.9)))
     digit = cv2.resize(scan, (scale, scale), interpolation=cv2.INTER_LINEAR)
-    turn = cv2.getRotationMatrix2D((scale / 2, scale / 2), float(rng.uniform(-30, 30)), 1.0)
+    turn = cv2.getRotationMatrix2D((scale / 2, scale / 2), float(rng.uniform(-20, 20)), 1.0)
     digit = cv2.warpAffine(digit, turn, (scale, scale), flags=cv2.INTER_LINEAR)
     _paint(image, digit, rng.integers(0, size - scale + 1, 2), _colour(rng, base), alpha=1.0)
-    image += rng.normal(0, 18, image.shape).astype(np.float32)
+    image += rng.normal(0, 10, image.shape).astype(np.float32)
     out = np.clip(np.round(image), 0, 255).astype(np.uint8)
     if self.channels == 1:
       return cv2.cvtColor(out, cv2.COLOR_RGB2GRAY)[:, :, None]
@@ -91,9 +91,9 @@ class DigitsClutterSource(digits.DigitsSource):
 
 
 def _colour(rng: np.random.Generator, background: np.ndarray) -> np.ndarray:
-  """A colour that stands out from the background by at least 90 levels on average."""
+  """A colour that stands out from the background by at least 110 levels on average."""
   colour = rng.uniform(0, 255, 3)
-  if np.abs(colour - background).mean() < 90:
+  if np.abs(colour - background).mean() < 110:
     colour = np.where(background < 128, rng.uniform(170, 255, 3), rng.uniform(0, 60, 3))
   return colour.astype(np.float32)
 
