@@ -23,15 +23,18 @@ def _promotions(eta=2):
                                               reduction_factor=eta))
 
 
-def check_jobs_replay(events, scheduler, train_steps):
+def check_jobs_replay(events, scheduler, train_steps, max_trials):
   """Every job the journal shows a free worker taking (a `promoted` event, or a new trial's
   `proposed`) is the one promotion.next_job gives on the reports, promotions and running
-  trials journaled before it; returns the jobs in order."""
-  reports, promoted, running, jobs = [], set(), set(), []
+  trials journaled before it (finishing once `max_trials` were proposed); returns the jobs in
+  order."""
+  reports, promoted, running, jobs, proposed = [], set(), set(), [], 0
   for e in events:
     kind, trial = e['event'], e.get('trial_id')
     if kind in ('promoted', 'proposed'):
-      job = scheduler.next_job(reports, promoted, running, train_steps)
+      job = scheduler.next_job(reports, promoted, running, train_steps,
+                               finishing=proposed >= max_trials)
+      proposed += kind == 'proposed'
       if kind == 'promoted':
         assert job == promotion.Job(promotion.PROMOTE, trial, e['rung'] + 1), (e, job)
         promoted.add((trial, e['rung']))
@@ -88,7 +91,8 @@ def test_controller_first_rung_feedback_replays_exactly():
       return {'event': 'rung', 'trial_id': trial, 'rung': 0, 'step': 10, 'feedback': True,
               'reward': reward(dna, 0), 'metrics': {}, 'start_rung': 0}
     promoted = {(e['trial_id'], e['rung']) for e in events if e['event'] == 'promoted'}
-    job = scheduler.next_job(scheduler_lib.reports(events), promoted, set(), 20)
+    job = scheduler.next_job(scheduler_lib.reports(events), promoted, set(), 20,
+                             finishing=len(state.proposals) >= max_trials)
     if job.action == promotion.PROMOTE:
       return {'event': 'promoted', 'trial_id': job.trial_id, 'rung': job.rung - 1}
     if len(state.proposals) < max_trials:
@@ -138,10 +142,10 @@ import os, signal, sys
 from nascli import app
 from nascli.search import scheduler
 next_job = scheduler.AshaPromotions.next_job
-def dies_at(self, reports, promoted, running, train_steps):
+def dies_at(self, reports, promoted, running, train_steps, finishing=False):
   if len(reports) == int(os.environ['KILL_AT_REPORTS']):
     os.kill(os.getpid(), signal.SIGKILL)
-  return next_job(self, reports, promoted, running, train_steps)
+  return next_job(self, reports, promoted, running, train_steps, finishing)
 scheduler.AshaPromotions.next_job = dies_at
 sys.argv[0] = 'nascli'
 app.run()
@@ -177,7 +181,7 @@ def test_asha_promotions_search_killed_before_a_job_resumes_with_the_same_decisi
   assert resumed.returncode == 0, resumed.stderr[-2000:]
   events = journal_events(job)
   assert events[:len(before)] == before
-  jobs = check_jobs_replay(events, _promotions(), 20)
+  jobs = check_jobs_replay(events, _promotions(), 20, 4)
   assert [t for kind, t in jobs if kind == 'proposed'] == ['1', '2', '3', '4']
   state = journal_lib.replay(events)
   rung0 = promotion.rung_results(scheduler_lib.reports(events), 0)

@@ -180,3 +180,23 @@ def test_random_asynchronous_searches_keep_the_papers_invariants_and_replay_the_
       rng.shuffle(shuffled)
       assert promotion.next_job(shuffled, set(promoted), set(running), eta, num_rungs) == job
   assert promotions > 300 and news > 1000, (promotions, news)
+
+
+def test_finishing_promotes_a_rungs_best_even_below_eta_results():
+  """12 trials, eta 3, rungs 0-3: 4 reach rung 1, 1 reaches rung 2, where the top third of one
+  result is empty; once no new trial may start the best there still climbs to the end, and
+  nothing else (the other rungs' tops were promoted already)."""
+  rows = [(t, 0, 0.1 * t) for t in range(1, 13)]
+  rows += [(t, 1, 0.1 * t) for t in (9, 10, 11, 12)] + [(12, 2, 0.99)]
+  promoted = {(t, 0) for t in ('9', '10', '11', '12')} | {('12', 1)}
+  reports = _reports(*rows)
+  assert _job(reports, promoted, num_rungs=4) == NEW
+  assert promotion.next_job(reports, promoted, set(), 3, 4, finishing=True) == Job(
+      promotion.PROMOTE, '12', 3)
+  done = reports + _reports(*rows, (12, 3, 0.995))[-1:]
+  assert promotion.next_job(done, promoted | {('12', 2)}, set(), 3, 4, finishing=True) == NEW
+  # A lone first result is promoted when finishing, not before.
+  one = _reports((1, 0, 0.5))
+  assert _job(one) == NEW
+  assert promotion.next_job(one, set(), set(), 3, 3, finishing=True) == Job(
+      promotion.PROMOTE, '1', 1)

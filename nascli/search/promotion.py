@@ -64,7 +64,8 @@ def rung_results(reports: Sequence[Report], rung: int) -> list[Report]:
 
 
 def next_job(reports: Sequence[Report], promoted: AbstractSet[tuple[str, int]],
-             running: AbstractSet[str], reduction_factor: int, num_rungs: int) -> Job:
+             running: AbstractSet[str], reduction_factor: int, num_rungs: int,
+             finishing: bool = False) -> Job:
   """The job for a free worker: the paper's `get_job`.
 
   Args:
@@ -74,6 +75,11 @@ def next_job(reports: Sequence[Report], promoted: AbstractSet[tuple[str, int]],
     running: trials training now (never promoted: they are not paused at a rung).
     reduction_factor: eta; the top floor(n / eta) of n results at a rung are promotable.
     num_rungs: the rungs of the ladder (`len(rung_steps(...))`); the last one completes a trial.
+    finishing: no new trial may start (a search of a fixed number of trials has proposed them
+      all): a rung's promotable top is then at least its best result, so that the search does
+      not end with no trial trained to the full budget (12 trials with eta 3 leave one result at
+      the third rung, whose top third is empty); synchronous successive halving likewise always
+      trains its last survivor to the end.
 
   Returns:
     Job(PROMOTE, trial_id, k + 1) for the best unpromoted trial in the top 1/eta of the highest
@@ -90,7 +96,10 @@ def next_job(reports: Sequence[Report], promoted: AbstractSet[tuple[str, int]],
     highest[r.trial_id] = max(highest.get(r.trial_id, -1), r.rung)
   for rung in range(num_rungs - 2, -1, -1):
     results = rung_results(reports, rung)
-    for r in results[:len(results) // reduction_factor]:
+    top = len(results) // reduction_factor
+    if finishing and results:
+      top = max(top, 1)
+    for r in results[:top]:
       if math.isnan(r.reward) or r.trial_id in running:
         continue
       if (r.trial_id, rung) in promoted or highest[r.trial_id] > rung:

@@ -250,8 +250,9 @@ class Asha(Scheduler):
 class AshaPromotions(Scheduler):
   """Promotion-based ASHA (Li et al. 2020; nascli/search/promotion.py): a trial pauses at each
   rung it reports; a free worker promotes the best paused trial in the top 1/eta of its rung's
-  results, else starts a new trial. When no new trial may start and none can be promoted, the
-  search ends and the trials still paused are stopped at their last rung."""
+  results, else starts a new trial. Once no new trial may start, a rung's top is at least its
+  best result (so the best climbs to the full budget); when none can be promoted, the search
+  ends and the trials still paused are stopped at their last rung."""
 
   decides_at_report = False
 
@@ -259,12 +260,12 @@ class AshaPromotions(Scheduler):
     raise TypeError('asha_promotions decides when a worker is free (next_job), not at a report')
 
   def next_job(self, all_reports: Sequence[Report], promoted: AbstractSet[tuple[str, int]],
-               running: AbstractSet[str], train_steps: int) -> Any:
-    """promotion.next_job on this search's ladder."""
+               running: AbstractSet[str], train_steps: int, finishing: bool = False) -> Any:
+    """promotion.next_job on this search's ladder (`finishing`: no new trial may start)."""
     from nascli.search import promotion  # pylint: disable=g-import-not-at-top
     factor = self.settings.reduction_factor
     ladder = rung_steps(self.settings.min_steps, factor, train_steps)
-    return promotion.next_job(all_reports, promoted, running, factor, len(ladder))
+    return promotion.next_job(all_reports, promoted, running, factor, len(ladder), finishing)
 
 
 # --------------------------------------------------------------------------- the journal

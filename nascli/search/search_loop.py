@@ -407,8 +407,9 @@ class SearchLoop:
     None: the worker starts a new trial."""
     if self.scheduler.decides_at_report or not self.scheduler.early_stopping:
       return None
+    finishing = len(state.proposals) >= self.args.max_nas_trial  # no new trial may start
     job = self.scheduler.next_job(self._reports, self._promoted, set(self._running),
-                                  self.train_steps)
+                                  self.train_steps, finishing)
     if job.trial_id is None or state.status.get(job.trial_id) != journal_lib.PAUSED:
       return None
     self.journal.check_writer()
