@@ -38,6 +38,9 @@ class TrainArgs:
   # Checkpoint the training input's position too (tf_vision.train_lib.run's checkpoint_input):
   # a run resumed from a checkpoint, an early-stopping rung, reads on as if never stopped.
   checkpoint_input: bool = False
+  # Paused runs this process keeps in memory (tf_vision.train_lib.PausedRuns): a search trial's
+  # next rung, run by the same warm worker, continues without a rebuild. 0: none.
+  keep_paused: int = 0
 
   def curve_interval(self, train_steps: int, steps_per_loop: int) -> int | None:
     """The steps between the curve's evaluations: train_steps / curve_points, rounded up to
@@ -237,12 +240,14 @@ def _train(args: TrainArgs, upload_to: str | None = None) -> dict:
     result = train_lib.run(
         params, model_dir, strategy, mode=args.mode, steps_per_epoch=run_plan.steps_per_epoch,
         on_loop=display.on_loop,
-        on_resume=lambda step: stderr.print(f"resuming from the checkpoint at step {step}"),
+        on_resume=lambda step, in_memory: stderr.print(
+            f"continuing from step {step} in memory (the model, optimizer and input as they"
+            " were paused)" if in_memory else f"resuming from the checkpoint at step {step}"),
         keep_model=args.keep_model,
         stop_at_step=args.stop_at(params.trainer.train_steps) if args.stop_at else None,
         curve_interval=args.curve_interval(params.trainer.train_steps,
                                            params.trainer.steps_per_loop),
-        checkpoint_input=args.checkpoint_input)
+        checkpoint_input=args.checkpoint_input, keep_paused=args.keep_paused)
   if upload_to:
     stderr.print(f"uploading {model_dir} to {upload_to}")
     upload_model_dir(model_dir, upload_to)

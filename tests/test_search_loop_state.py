@@ -60,6 +60,7 @@ def _loop(job_dir, executor, **args):
   loop.work_dir = str(job_dir)
   loop.space, loop.space_name, loop.metric, loop.decision_domains = SPACE, 'toy', 'accuracy', {}
   loop._hparams_written, loop._running, loop._ctl = set(), {}, None  # pylint: disable=protected-access
+  loop._slots = {}  # pylint: disable=protected-access
   loop._progress = search_loop._Progress(loop)  # pylint: disable=protected-access
   return loop
 
@@ -149,3 +150,14 @@ def test_the_loop_keeps_its_state_without_replaying_the_journal(trials, tmp_path
   # check_settings reads it once, the loop once for its controller and once for its state.
   assert calls == {'events': 3, 'replay': 1}
   assert real_replay(real_events(journal_lib.Journal.in_dir(job))) == state
+
+
+def test_an_attempt_takes_its_trials_last_slot_when_it_is_free():
+  """A promoted trial goes back to the slot (warm worker) that ran its last rung, where it may
+  be kept in memory, whenever that slot is free; else to the first free slot."""
+  free = [0, 1, 2]
+  assert search_loop.take_slot(free, 2) == 2 and free == [0, 1]
+  assert search_loop.take_slot(free, 2) == 0 and free == [1]  # busy: the first free
+  assert search_loop.take_slot(free) == 1 and free == []
+  free = [None, None]  # Ray tasks: slots without identity
+  assert search_loop.take_slot(free, None) is None and free == [None]

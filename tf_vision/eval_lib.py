@@ -61,23 +61,35 @@ def can_reuse_model(strategy: tf.distribute.Strategy) -> bool:
           and (resolver is None or not resolver.cluster_spec().as_dict()))
 
 
+class Evaluator:
+  """Model Garden's evaluating trainer for `params`, around `model` (or a model it builds).
+  Kept with a model that goes on training (a paused search trial, train_lib.PausedRuns), it
+  evaluates it again without another build or trace of the evaluation step."""
+
+  def __init__(self, params: cfg.ExperimentConfig, strategy: tf.distribute.Strategy,
+               model: tf_keras.Model | None = None):
+    self.strategy = _evaluation_strategy(strategy)
+    with self.strategy.scope():
+      task = task_factory.get_task(params.task)
+      model = model if model is not None else task.build_model()
+      optimizer = task.create_optimizer(params.trainer.optimizer_config, params.runtime)
+      self.trainer = base_trainer.Trainer(params, task, model=model, optimizer=optimizer,
+                                          train=False, evaluate=True)
+
+
 def evaluate(params: cfg.ExperimentConfig, checkpoint: str, strategy: tf.distribute.Strategy,
              steps: int = -1, summary_dir: str | None = None,
-             trained: tuple[tf_keras.Model, int] | None = None) -> dict:
+             trained: tuple[tf_keras.Model, int] | None = None,
+             evaluator: Evaluator | None = None) -> dict:
   """Metrics of `checkpoint` on params.task.validation_data (all of it when steps is -1).
 
   With `summary_dir`, the metrics also go to TensorBoard there at the checkpoint's step.
   `trained`: (the model that was just trained and saved as `checkpoint`, its step), evaluated as
   it is (see can_reuse_model): the same weights and graph as the checkpoint's, without building
-  the model again and reading the checkpoint back.
+  the model again and reading the checkpoint back; `evaluator`: an Evaluator of that model
+  built earlier, used again.
   """
-  strategy = _evaluation_strategy(strategy)
-  with strategy.scope():
-    task = task_factory.get_task(params.task)
-    model = trained[0] if trained else task.build_model()
-    optimizer = task.create_optimizer(params.trainer.optimizer_config, params.runtime)
-    trainer = base_trainer.Trainer(params, task, model=model, optimizer=optimizer, train=False,
-                                   evaluate=True)
+  trainer = (evaluator or Evaluator(params, strategy, trained[0] if trained else None)).trainer
   if trained:
     trainer.global_step.assign(trained[1])
   else:

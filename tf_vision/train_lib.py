@@ -12,9 +12,14 @@ A run may also stop at a step short of `trainer.train_steps` (`stop_at_step`: a 
 scheduler's rung): it trains to that step with everything else,
 learning-rate schedule included, that of the full `train_steps`, saves a checkpoint there,
 evaluates, and leaves `paused` in job_status.json; run again without a stop (or with a later
-one) it resumes from that checkpoint, so no step is trained twice.
+one) it resumes from that checkpoint, so no step is trained twice. A process that trains rung after
+rung (a search's warm worker) may keep a paused run in memory (`keep_paused`, `PausedRuns`): its
+next rung then continues with the same model, optimizer, input iterator and traced functions,
+without building, tracing or restoring anything, and trains exactly what resuming from the
+checkpoint would.
 """
 
+import collections
 import contextlib
 import dataclasses
 import json
@@ -145,6 +150,12 @@ class LoopAction:
     # (steps, seconds) of each loop; the first one also pays for tracing and the input pipeline.
     self.loops: list[tuple[int, float]] = []
 
+  def restart(self, on_loop: Callable[[LoopReport], None]) -> None:
+    """A kept run's next call: its own progress report, and loop times from now."""
+    self.on_loop = on_loop
+    self._last = (int(self.global_step.numpy()), time.monotonic())
+    self.loops = []
+
   def __call__(self, output: dict) -> None:
     step = int(self.global_step.numpy())
     if step == self._last[0]:
@@ -245,9 +256,10 @@ def _latest_step(model_dir: str) -> int:
 def run(params: cfg.ExperimentConfig, model_dir: str, strategy: tf.distribute.Strategy,
         mode: str = "train_and_eval", steps_per_epoch: int = 0,
         on_loop: Callable[[LoopReport], None] = lambda report: None,
-        on_resume: Callable[[int], None] = lambda step: None, keep_model: bool = False,
-        stop_at_step: int | None = None, curve_interval: int | None = None,
-        checkpoint_input: bool = False) -> dict:
+        on_resume: Callable[[int, bool], None] = lambda step, in_memory: None,
+        keep_model: bool = False, stop_at_step: int | None = None,
+        curve_interval: int | None = None, checkpoint_input: bool = False,
+        keep_paused: int = 0) -> dict:
   """Trains (and evaluates) `params` in `model_dir`; resumes from its latest checkpoint.
 
   `stop_at_step` ends training at that step
@@ -256,6 +268,9 @@ def run(params: cfg.ExperimentConfig, model_dir: str, strategy: tf.distribute.St
   trains; every evaluation, the final one included, is a line of CURVE_FILE.
   `checkpoint_input` also checkpoints the training input's position (one replica), so that a
   resumed run reads the batches the uninterrupted one would have (`_checkpoint_the_run_state`).
+  `keep_paused` > 0: a run that ends paused stays in this process (PAUSED_RUNS, at most that
+  many), and a later call for the same model dir and config whose latest checkpoint is still the
+  paused step continues it in memory (`on_resume(step, True)`) instead of from the checkpoint.
 
   Returns {"status" (completed, or paused), "step", "resumed_from", "train_steps",
   "eval_metrics", "seconds", "num_replicas", "loops" ([steps, seconds] per train loop),
@@ -283,19 +298,29 @@ def run(params: cfg.ExperimentConfig, model_dir: str, strategy: tf.distribute.St
     tf.io.gfile.makedirs(model_dir)
     train_utils.serialize_config(params, model_dir)
   resumed_from = _latest_step(model_dir)
+  identity = json.dumps([params.as_dict(), mode, curve_interval, checkpoint_input],
+                        sort_keys=True, default=str)
+  kept = PAUSED_RUNS.take(model_dir, identity, resumed_from)
   step_log = StepLog(model_dir, steps_per_epoch or params.trainer.train_steps, write=chief)
   step_log.truncate_after(resumed_from)
   if resumed_from:
-    on_resume(resumed_from)
+    on_resume(resumed_from, kept is not None)
     for name in (METRICS_FILE, CURVE_FILE):
       if chief and os.path.exists(os.path.join(model_dir, name)):
         _truncate_jsonl(os.path.join(model_dir, name), resumed_from)
   if chief:
     job_status.write(model_dir, job_status.RUNNING, step=resumed_from)
   start = time.monotonic()
-  state = _RunState(model_dir=model_dir, chief=chief, resumed_from=resumed_from,
-                    single_worker=_num_workers(strategy) == 1)
-  stop = _StopFlag() if state.single_worker else None
+  if kept is not None:  # its strategy holds its variables: it trains under that one
+    state, strategy = kept, kept.strategy
+    state.resumed_from, state.train_to = resumed_from, train_to
+    state.action.restart(on_loop)
+  else:
+    state = _RunState(model_dir=model_dir, chief=chief, resumed_from=resumed_from,
+                      single_worker=_num_workers(strategy) == 1, train_to=train_to,
+                      strategy=strategy)
+    state.stop = _StopFlag() if state.single_worker else None
+  stop = state.stop
 
   class _Controller(orbit.Controller):
     """Orbit's controller; a signal stops it at the next step (the loop reads `stop`), and
@@ -344,6 +369,7 @@ def run(params: cfg.ExperimentConfig, model_dir: str, strategy: tf.distribute.St
       if self._mode not in ("train", "train_and_eval") or self._run_post_eval:
         return super().run()
       with self.strategy.scope():
+        train_to = state.train_to  # this call's (a kept run is called again)
         if self._mode == "train":
           self.controller.train(steps=train_to)
         elif curve_interval:  # the curve's evaluations; the final one is eval_lib's, below
@@ -401,22 +427,24 @@ def run(params: cfg.ExperimentConfig, model_dir: str, strategy: tf.distribute.St
   eval_seconds = 0.0
   with interrupts.acted_on_at_once(on_signal), _short_loops_unwarned(stop):
     try:
-      with strategy.scope():
-        task: base_task.Task = task_factory.get_task(params.task, logging_dir=model_dir)
-      # The final evaluation goes through eval_lib, the code `nascli eval` runs, so the number a
-      # run reports is the number its checkpoint gives later (Model Garden's in-trainer post-eval
-      # can differ in the last digit through graph-level numerics).
-      runner_mode = mode
-      if mode == "train_and_post_eval":  # its final evaluation is eval_lib's
-        runner_mode = "train_and_eval" if curve_interval else "train"
-      runner = _Runner(distribution_strategy=strategy, task=task, mode=runner_mode,
-                       params=params, model_dir=model_dir)
-      state.runner = runner
-      thor.maybe_attach_thor(runner.trainer.model, runner.trainer.optimizer)  # THOR (issue 6)
-      if "train" in mode:
-        with strategy.scope():  # slots now, not while the first training loop is traced
-          wrappers.create_slots(runner.trainer.optimizer,
-                                runner.trainer.model.trainable_variables)
+      if kept is None:
+        with strategy.scope():
+          task: base_task.Task = task_factory.get_task(params.task, logging_dir=model_dir)
+        # The final evaluation goes through eval_lib, the code `nascli eval` runs, so the number
+        # a run reports is the number its checkpoint gives later (Model Garden's in-trainer
+        # post-eval can differ in the last digit through graph-level numerics).
+        runner_mode = mode
+        if mode == "train_and_post_eval":  # its final evaluation is eval_lib's
+          runner_mode = "train_and_eval" if curve_interval else "train"
+        state.runner = _Runner(distribution_strategy=strategy, task=task, mode=runner_mode,
+                               params=params, model_dir=model_dir)
+        thor.maybe_attach_thor(state.runner.trainer.model,
+                               state.runner.trainer.optimizer)  # THOR (issue 6)
+        if "train" in mode:
+          with strategy.scope():  # slots now, not while the first training loop is traced
+            wrappers.create_slots(state.runner.trainer.optimizer,
+                                  state.runner.trainer.model.trainable_variables)
+      runner = state.runner
       _, eval_logs = runner.run()
       if mode == "train_and_post_eval":
         state.evaluating = True
@@ -429,10 +457,14 @@ def run(params: cfg.ExperimentConfig, model_dir: str, strategy: tf.distribute.St
         # rebuild.
         trained = ((runner.trainer.model, step) if eval_lib.can_reuse_model(strategy)
                    and checkpoint and checkpoint.endswith(f"-{step}") else None)
+        if trained and state.evaluator is None:  # built once, then kept with the run
+          state.evaluator = eval_lib.Evaluator(params, strategy, trained[0])
         eval_logs = eval_lib.evaluate(
             params, checkpoint, strategy,
             summary_dir=os.path.join(model_dir, params.trainer.validation_summary_subdir)
-            if chief else None, trained=trained)["metrics"]
+            if chief else None, trained=trained,
+            evaluator=state.evaluator if trained else None)["metrics"]
+        state.evaluating = False
         eval_seconds = time.monotonic() - eval_start
         if curve_interval and chief:
           _append_curve(model_dir, step, eval_logs)
@@ -454,7 +486,7 @@ def run(params: cfg.ExperimentConfig, model_dir: str, strategy: tf.distribute.St
   paused = train_to < total_steps and step < total_steps
   status = job_status.PAUSED if paused else job_status.COMPLETED
   result = {"status": status, "step": step, "resumed_from": resumed_from,
-            "train_steps": total_steps, "eval_metrics": metrics,
+            "in_memory": kept is not None, "train_steps": total_steps, "eval_metrics": metrics,
             "seconds": round(time.monotonic() - start, 3),
             "num_replicas": strategy.num_replicas_in_sync,
             "loops": [[n, round(t, 4)] for n, t in (actions[0].loops if actions else [])],
@@ -466,7 +498,48 @@ def run(params: cfg.ExperimentConfig, model_dir: str, strategy: tf.distribute.St
                      num_replicas=strategy.num_replicas_in_sync,
                      **({"checkpoint_step": step, "train_steps": total_steps}
                         if status == job_status.PAUSED else {}))
+  if paused and keep_paused > 0 and _latest_step(model_dir) == step:
+    PAUSED_RUNS.keep(model_dir, identity, state, keep_paused)
   return result
+
+
+class PausedRuns:
+  """Runs paused at a rung that this process keeps, most recent last: model, optimizer, input
+  iterator, traced train and eval functions, checkpoint manager and summary writers, as they
+  were at the paused step.
+
+  A kept run is taken (and so dropped) by the next call for its model dir: it continues only if
+  that call's config is the same and the model dir's latest checkpoint is still its step (no
+  other process trained the trial on since); otherwise it is let go and the call resumes from
+  the checkpoint, which holds the same state. Continuing in memory thus trains exactly what
+  resuming would, without the model build, the tracing and the restore.
+  """
+
+  def __init__(self):
+    self._runs: collections.OrderedDict[str, tuple[str, _RunState]] = collections.OrderedDict()
+
+  def take(self, model_dir: str, identity: str, step: int) -> "_RunState | None":
+    kept = self._runs.pop(os.path.abspath(model_dir), None)
+    if kept is None or kept[0] != identity:
+      return None
+    state = kept[1]
+    return state if int(state.runner.trainer.global_step.numpy()) == step else None
+
+  def keep(self, model_dir: str, identity: str, state: "_RunState", limit: int) -> None:
+    """Keeps the run; the least recent beyond `limit` are let go."""
+    state.in_loop = state.evaluating = state.writing_checkpoint = False
+    self._runs[os.path.abspath(model_dir)] = (identity, state)
+    while len(self._runs) > limit:
+      self._runs.popitem(last=False)
+
+  def __len__(self) -> int:
+    return len(self._runs)
+
+  def clear(self) -> None:
+    self._runs.clear()
+
+
+PAUSED_RUNS = PausedRuns()  # this process's
 
 
 @dataclasses.dataclass
@@ -482,6 +555,11 @@ class _RunState:
   evaluating: bool = False
   in_loop: bool = False
   stop_signal: int = signal.SIGINT
+  # What a paused run kept in memory continues with (PausedRuns).
+  train_to: int = 0  # the step this call trains to
+  strategy: Any = None
+  stop: "_StopFlag | None" = None
+  evaluator: Any = None  # eval_lib.Evaluator of the trained model
 
 
 def _stop_interrupted(error: KeyboardInterrupt, state: _RunState,

@@ -48,6 +48,7 @@ def search(
     early_stopping: f.EarlyStopping = "none",
     min_steps: f.MinSteps = None,
     reduction_factor: f.ReductionFactor = None,
+    paused_trials_per_worker: f.PausedTrialsPerWorker = 1,
     as_json: f.AsJson = False,
 ) -> None:
   """Search architectures with trials on a Ray cluster (a warm worker per slot in a Ray actor,

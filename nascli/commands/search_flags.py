@@ -138,6 +138,11 @@ MinSteps = Annotated[Optional[int], typer.Option(
     *flag("min_steps"), help="With --early_stopping: the steps a trial trains before its first"
     " report (its first rung). Default: trainer.train_steps / reduction_factor**2, rounded"
     " up (rungs at about 1/9, 1/3 and all of the budget).")]
+PausedTrialsPerWorker = Annotated[int, typer.Option(
+    *flag("paused_trials_per_worker"), help="With --early_stopping: trials paused at a rung"
+    " that a warm worker keeps in memory (model, optimizer, input), so that a promotion it"
+    " runs continues there without a rebuild; others resume from their checkpoint, to the same"
+    " result. 0: none (less memory).")]
 ReductionFactor = Annotated[Optional[int], typer.Option(
     *flag("reduction_factor"), help="With --early_stopping: each rung this many times the last;"
     " asha and asha_promotions keep the top 1/this of each rung (default 3).")]
@@ -153,7 +158,8 @@ def search_args(prebuilt_search_space, search_space_module, search_algorithm, se
                 validation_data_path, dataset_dir, population_size, tournament_size, overwrite,
                 trial_isolation, max_trials_per_worker, export_top_k, export_every_trial,
                 objectives=None, early_stopping="none", min_steps=None, reduction_factor=None,
-                search_docker_flags=None, trial_timeout=None, **extra):
+                paused_trials_per_worker=1, search_docker_flags=None, trial_timeout=None,
+                **extra):
   """The SearchArgs the shared flags describe (`extra`: fields only one command has;
   `search_docker_flags` only name the default job dir: local_main applies them)."""
   job_dir = local_output_dir or default_job_dir(dict(locals()))
@@ -180,7 +186,7 @@ def search_args(prebuilt_search_space, search_space_module, search_algorithm, se
       max_parallel_nas_trial=max_parallel_nas_trial, max_failed_nas_trial=max_failed_nas_trial,
       overwrite=overwrite, algorithm_options=options, trial_isolation=trial_isolation,
       max_trials_per_worker=max_trials_per_worker, trial_timeout=trial_timeout,
-      export_top_k=export_top_k, trial=trial,
+      paused_trials_per_worker=paused_trials_per_worker, export_top_k=export_top_k, trial=trial,
       objectives=pareto_lib.canonical(objectives) if objectives else None, scheduler=scheduler,
       **extra)
 
@@ -190,7 +196,8 @@ def search_args(prebuilt_search_space, search_space_module, search_algorithm, se
 UNSEARCHED = {"target_device_latency_ms": None, "latency_constraint": "soft",
               "latency_weight": 0.07, "population_size": None, "tournament_size": None,
               "export_top_k": 0, "export_every_trial": False, "objectives": None,
-              "early_stopping": "none", "min_steps": None, "reduction_factor": None}
+              "early_stopping": "none", "min_steps": None, "reduction_factor": None,
+              "paused_trials_per_worker": 0}
 
 
 def from_flags(values: dict, **extra):
@@ -291,6 +298,7 @@ def _counts(values: dict[str, Any]) -> None:
   _at_least(values, "max_parallel_nas_trial", 1)
   _at_least(values, "max_failed_nas_trial", 0)
   _at_least(values, "max_trials_per_worker", 1)
+  _at_least(values, "paused_trials_per_worker", 0)
   _at_least(values, "export_top_k", 0)
 
 

@@ -35,6 +35,7 @@ def search_in_local(
     early_stopping: f.EarlyStopping = "none",
     min_steps: f.MinSteps = None,
     reduction_factor: f.ReductionFactor = None,
+    paused_trials_per_worker: f.PausedTrialsPerWorker = 1,
     as_json: f.AsJson = False,
 ) -> None:
   """Search architectures on this machine: trials in parallel (one GPU each when there are

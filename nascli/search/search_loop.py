@@ -66,7 +66,7 @@ stderr = console.stderr()
 # Settings that may change when a search is resumed (they do not change what a trial is).
 MUTABLE = ("max_nas_trial", "max_parallel_nas_trial", "max_failed_nas_trial",
            "max_trial_retries", "trial_isolation", "max_trials_per_worker", "export_top_k",
-           "trial.export_every_trial", "trial_timeout")
+           "trial.export_every_trial", "trial_timeout", "paused_trials_per_worker")
 # Off a terminal, the pace of the progress line on stderr (seconds); the env var overrides it.
 
 
@@ -87,6 +87,8 @@ class SearchArgs:
   algorithm_options: dict[str, Any] = dataclasses.field(default_factory=dict)
   trial_isolation: str = "worker"  # executors.local_executor: warm workers, or a process each
   max_trials_per_worker: int = 10
+  # With early stopping: paused trials a warm worker keeps in memory (trial.RungSpec).
+  paused_trials_per_worker: int = 1
   export_top_k: int = 3  # SavedModels of the best trials, at the end
   # --objectives ["accuracy:max", "latency_ms:min"] (nascli/search/pareto.py): a Pareto front;
   # None: the scalar MnasNet reward.
@@ -112,6 +114,8 @@ class SearchArgs:
       del data["scheduler"]
     if self.objectives is None:
       del data["objectives"]
+    if not self.scheduler.early_stopping or self.paused_trials_per_worker == 1:
+      del data["paused_trials_per_worker"]
     if self.trial.validation_curve_points is None:
       del data["trial"]["validation_curve_points"]
     if self.trial.run.proxy is None:
@@ -124,6 +128,15 @@ def _checkpointed(trial_dir: str) -> dict[str, int]:
   lost attempt leaves for the next one (scheduler.compute_spent counts it)."""
   step = trial_lib.checkpoint_step(trial_dir)
   return {} if step is None else {"step": step}
+
+
+def take_slot(free: list[Any], last: Any = None) -> Any:
+  """Takes a free slot for a trial's attempt: `last`, the slot of its previous attempt, when it
+  is free (its warm worker may hold the trial in memory, paused at a rung), else the first."""
+  if last is not None and last in free:
+    free.remove(last)
+    return last
+  return free.pop(0)
 
 
 @dataclasses.dataclass
@@ -197,6 +210,7 @@ class SearchLoop:
     self.metric = entry.require_binding().metric  # what `accuracy` is
     self._hparams_written: set[str] = set()
     self._running: dict[str, _Running] = {}  # attempts started, until their outcome is recorded
+    self._slots: dict[str, Any] = {}  # trial id -> the slot of its last attempt
     self._ctl: controller_lib.Controller | None = None
     self._progress = _Progress(self)
     from nascli.search import results  # pylint: disable=g-import-not-at-top
@@ -225,7 +239,8 @@ class SearchLoop:
     return trial_lib.RungSpec(
         rung=len(reported), min_steps=settings.min_steps,
         reduction_factor=settings.reduction_factor,
-        measured=measured if all(v is not None for v in measured.values()) else {})
+        measured=measured if all(v is not None for v in measured.values()) else {},
+        kept_per_worker=self.args.paused_trials_per_worker)
 
   def _start(self, state: journal_lib.JobState, trial_id: str, slot: Any) -> _Running:
     proposal = state.proposals[trial_id]
@@ -241,6 +256,7 @@ class SearchLoop:
     handle = self.executor.start(spec_path, trial_dir, slot,
                                  publish_to=self.workspace.remote_trial_dir(trial_id))
     run = self._running[trial_id] = _Running(trial_id, handle, slot, time.monotonic())
+    self._slots[trial_id] = slot
     self._append({"event": "started", "trial_id": trial_id,
                   "attempt": state.attempts.get(trial_id, 0) + 1,
                   **({"rung": rung.rung} if rung else {})})
@@ -353,10 +369,11 @@ class SearchLoop:
 
   def _rung_metrics(self, analysis: dict[str, Any]) -> dict[str, Any]:
     """With early stopping, where an attempt's metrics were measured: its rung, the step it
-    trained to and the checkpoint step it resumed from (the compute it spent)."""
+    trained to and the checkpoint step it resumed from (the compute it spent), and whether it
+    went on from there in memory (--paused_trials_per_worker)."""
     if not self.scheduler.early_stopping:
       return {}
-    return {k: analysis.get(k) for k in ("rung", "step", "resumed_from")}
+    return {k: analysis.get(k) for k in ("rung", "step", "resumed_from", "in_memory")}
 
   def _rung_reported(self, run: _Running, analysis: dict[str, Any],
                      ctl: controller_lib.Controller) -> bool:
@@ -583,7 +600,7 @@ class SearchLoop:
                           **({} if proposal.seed is None else {"seed": proposal.seed})})
           else:
             break
-          self._start(state, trial_id, free.pop(0))
+          self._start(state, trial_id, take_slot(free, self._slots.get(trial_id)))
           started = True
         if started:
           self._progress.report(state, force=True)

@@ -53,6 +53,9 @@ class RungSpec:
   reduction_factor: int
   # latency_ms, params, flops of the trial's first rung (from the journal), once reported.
   measured: dict[str, Any] = dataclasses.field(default_factory=dict)
+  # --paused_trials_per_worker: paused trials the warm worker keeps in memory, so that its
+  # next rung continues there without a rebuild (tf_vision.train_lib.PausedRuns).
+  kept_per_worker: int = 0
 
   def step(self, train_steps: int) -> int:
     from nascli.search import scheduler  # pylint: disable=g-import-not-at-top
@@ -89,7 +92,8 @@ class TrialSpec:
                               stop_at=self.rung.step if self.rung else None,
                               curve_points=self.trial.validation_curve_points,
                               # A later rung, or a retried attempt, continues the data stream.
-                              checkpoint_input=True)
+                              checkpoint_input=True,
+                              keep_paused=self.rung.kept_per_worker if self.rung else 0)
 
   def space(self) -> Any:
     """The registry entry of the trial's space (its module imported and registered first)."""
@@ -242,7 +246,8 @@ def run(spec: TrialSpec, ready: float | None = None) -> dict:
   rung = {}
   if spec.rung:
     rung = {"rung": spec.rung.rung, "final": done["final"],
-            "resumed_from": result["resumed_from"], "train_steps": result["train_steps"]}
+            "resumed_from": result["resumed_from"], "in_memory": result["in_memory"],
+            "train_steps": result["train_steps"]}
     analysis.update(rung)
   _write_json(os.path.join(spec.trial_dir, ANALYSIS), analysis)
   job_status.write(spec.trial_dir, job_status.COMPLETED if done["final"] else job_status.PAUSED,
