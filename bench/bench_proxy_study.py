@@ -1,7 +1,7 @@
 """The proxy study (issue 26): do short trainings rank architectures as a longer one does?
 
     python bench/bench_proxy_study.py [--models 10] [--reference_steps 400]
-        [--budgets 25,50,100,200] [--variance_runs 5] [--space mnasnet]
+        [--budgets 25,50,100,200] [--variance_runs 5] [--space mnasnet] [--steps_per_loop 20]
         [--work_dir bench/results/proxy_study] [--out bench/results/proxy_study.json]
 
 Runs the three proxy-task commands as a user would, on the space's embedded data and testing
@@ -47,11 +47,13 @@ def main() -> None:
   p.add_argument("--reference_steps", type=int, default=400)
   p.add_argument("--budgets", default="25,50,100,200")
   p.add_argument("--variance_runs", type=int, default=5)
+  p.add_argument("--steps_per_loop", type=int, default=20, help="of the reference training")
   p.add_argument("--work_dir", default=os.path.join(HERE, "results", "proxy_study"))
   p.add_argument("--out", default=os.path.join(HERE, "results", "proxy_study.json"))
   a = p.parse_args()
   steps = a.reference_steps
-  reference = (f"trainer.train_steps={steps},trainer.steps_per_loop=20,"
+  reference = (f"trainer.train_steps={steps},trainer.steps_per_loop={a.steps_per_loop},"
+               f"trainer.summary_interval={a.steps_per_loop},"
                f"trainer.checkpoint_interval={steps},trainer.validation_interval={steps},"
                f"trainer.optimizer_config.learning_rate.cosine.decay_steps={steps}")
   space = a.space
@@ -64,9 +66,12 @@ def main() -> None:
   search = nascli("search_proxy_task", "--proxy_task_model_selection_dir", selection_dir,
                   "--proxy_train_steps", a.budgets, "--no_early_stop_proxy_task_if_not_best",
                   "--local_output_dir", os.path.join(a.work_dir, f"proxy_search_{space}"))
-  # The testing YAML's noise, against the spread of the candidate that trains as it does (its
-  # 100 steps) when there is one, else of the reference models.
-  same = [c for c in search["candidates"] if c["train_steps"] == 100 and c["job_dir"]
+  # The testing YAML's noise, against the spread of the candidate that trains as it does (as
+  # many steps) when there is one, else of the reference models.
+  import yaml  # pylint: disable=g-import-not-at-top
+  with open(TESTING_YAML[space], encoding="utf-8") as f:
+    testing_steps = yaml.safe_load(f)["trainer"]["train_steps"]
+  same = [c for c in search["candidates"] if c["train_steps"] == testing_steps and c["job_dir"]
           and os.path.exists(c["job_dir"])]
   compare = same[0]["job_dir"] if same else selection_dir
   variance = nascli("measure_proxy_task_variance", "--prebuilt_search_space", space,

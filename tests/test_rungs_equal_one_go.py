@@ -84,3 +84,30 @@ def test_paused_runs_continue_only_the_same_run_at_its_step(tmp_path, limit):
   runs.keep(c, "config", _state(20), limit)
   assert runs.take(c, "other config", 20) is None
   assert len(runs) == 0
+
+
+def test_a_detection_trial_trains_in_rungs(tmp_path):
+  """The default spinenet search's trials (RetinaNet on the embedded shapes, whose input draws
+  random augmentations with stateful ops that a checkpoint cannot hold) checkpoint their input
+  without those ops' state and train in rungs: rung 1 continues in memory, and the trial
+  completes with its COCO metrics."""
+  steps = ("trainer.train_steps=4,trainer.steps_per_loop=2,trainer.summary_interval=2,"
+           "trainer.checkpoint_interval=2,trainer.validation_interval=4,"
+           "trainer.optimizer_config.learning_rate.cosine.decay_steps=4,"
+           "trainer.optimizer_config.warmup.linear.warmup_steps=1")
+  proc = nascli_subprocess(
+      "search_in_local", "--prebuilt_search_space=spinenet", "--max_nas_trial", "1",
+      "--params_override", steps, "--early_stopping", "asha", "--min_steps", "2",
+      "--reduction_factor", "2", "--export_top_k", "0", "--local_output_dir",
+      str(tmp_path / "job"), "--json")
+  assert proc.returncode == 0, proc.stderr[-2000:]
+  (row,) = json.loads(proc.stdout)
+  assert row["status"] == "completed"
+  events = journal_events(tmp_path / "job")
+  assert [(e["event"], e["metrics"]["step"], e["metrics"]["in_memory"]) for e in events
+          if e["event"] in ("rung", "completed")] == [("rung", 2, False), ("completed", 4, True)]
+  analysis = json.loads((tmp_path / "job" / "1" / "model_analysis.json").read_text())
+  assert analysis["accuracy_metric"] == "AP" and {"AP", "AP50"} <= set(analysis["eval_metrics"])
+  assert 0.0 <= analysis["accuracy"] <= 1.0 and analysis["step"] == 4
+  log = (tmp_path / "job" / "1" / "trial.log").read_text()
+  assert "random augmentations with stateful ops" in log

@@ -28,6 +28,7 @@ import math
 import os
 import re
 import signal
+import sys
 import time
 from typing import Any, Callable
 
@@ -636,9 +637,32 @@ def _checkpoint_the_run_state(trainer: Any, strategy: tf.distribute.Strategy,
     return
   with strategy.scope():
     dataset = trainer.task.build_inputs(trainer.config.task.train_data)
+  if _has_external_state(dataset):
+    # Model Garden's detection parser draws its augmentations with stateful random ops, whose
+    # state a checkpoint cannot hold (TensorFlow refuses to save the iterator: "RandomUniform is
+    # stateful"): the iterator is saved without it, so a resumed run continues the input's
+    # order and position and draws fresh augmentations.
+    options = tf.data.Options()
+    options.experimental_external_state_policy = (
+        tf.data.experimental.ExternalStatePolicy.IGNORE)
+    dataset = dataset.with_options(options)
+    print("note: the training input draws random augmentations with stateful ops: a resumed"
+          " run continues its order and position, not its random draws", file=sys.stderr,
+          flush=True)
   iterator = iter(dataset)
   trainer._train_iter = iterator  # pylint: disable=protected-access  (Orbit reads it)
   setattr(trainer.checkpoint, INPUT_ITERATOR, iterator)
+
+
+def _has_external_state(dataset: tf.data.Dataset) -> bool:
+  """The dataset's graph holds state a checkpoint cannot save (stateful random ops)."""
+  try:
+    tf.raw_ops.DatasetToGraphV2(
+        input_dataset=dataset._variant_tensor,  # pylint: disable=protected-access
+        external_state_policy=tf.data.experimental.ExternalStatePolicy.FAIL.value)
+  except tf.errors.FailedPreconditionError:
+    return True
+  return False
 
 
 def _append_curve(model_dir: str, step: Any, logs: dict) -> None:
