@@ -663,7 +663,7 @@ def early_stopping(args) -> dict:
   names = args.schedulers.split(",")
   if names[0] != "none":
     raise SystemExit("early_stopping: --schedulers must start with none (the baseline)")
-  configs = {"none": ["--max_nas_trial", str(args.trials)]}
+  configs = {"none": ["--max_nas_trial", str(args.trials), "--early_stopping", "none"]}
   for name in names[1:]:
     configs[name] = ["--max_nas_trial", str(args.trials * args.asha_trials_factor),
                      "--early_stopping", name, "--min_steps", str(args.min_steps),

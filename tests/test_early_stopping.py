@@ -119,11 +119,12 @@ def test_none_never_stops_and_has_no_rungs():
 
 
 @pytest.mark.parametrize('args, message', [
-    (('ash', None, None), "unknown --early_stopping 'ash' (did you mean 'asha'?); known: none,"
-                          " median, asha, asha_promotions"),
-    (('none', 5, None), '--min_steps is an option of --early_stopping median, asha or'
+    (('ash', None, None), "unknown --early_stopping 'ash' (did you mean 'asha'?); known: auto,"
+                          " none, median, asha, asha_promotions"),
+    (('none', 5, None), '--min_steps is an option of --early_stopping auto, median, asha or'
                         ' asha_promotions, not none'),
-    (('none', None, 2), '--reduction_factor is an option of --early_stopping median, asha or'),
+    (('none', None, 2), '--reduction_factor is an option of --early_stopping auto, median, asha'),
+    (('auto', 0, None), '--min_steps must be at least 1, got 0'),
     (('median', 0, None), '--min_steps must be at least 1, got 0'),
     (('asha', 5, 1), '--reduction_factor must be at least 2, got 1'),
 ])
@@ -133,13 +134,15 @@ def test_bad_early_stopping_settings_name_the_flag(args, message):
     scheduler_lib.check(*args)
   with pytest.raises(NascliError, match='does not combine with --objectives'):
     scheduler_lib.check('asha', 5, 3, multi_objective=True)
+  scheduler_lib.check('auto', 5, 3, multi_objective=True)  # auto is none with --objectives
 
 
 def test_bad_early_stopping_flags_are_refused_before_any_framework_loads(tmp_path):
   from test_search_flags import _refusals  # pylint: disable=g-import-not-at-top
   job = str(tmp_path / 'job')
   cases = [(['--early_stopping', 'ash'], "unknown --early_stopping 'ash'"),
-           (['--min_steps', '5'], '--min_steps is an option of --early_stopping'),
+           (['--early_stopping', 'none', '--min_steps', '5'],
+            '--min_steps is an option of --early_stopping'),
            (['--early_stopping', 'median', '--min_steps', '5', '--reduction_factor', '1'],
             '--reduction_factor must be at least 2, got 1')]
   argvs = [[command, '--local_output_dir', job, *flags] for command in ('search_in_local',
@@ -573,3 +576,21 @@ def test_asha_search_killed_between_a_report_and_its_decision_resumes_with_ray_s
   # it).
   for trial in state.trial_ids('completed'):
     assert state.metrics[trial]['latency_ms'] == state.rungs[trial][0]['metrics']['latency_ms']
+
+
+def test_auto_resolves_to_promotions_only_where_rungs_can_rank():
+  """`--early_stopping auto` (the default): asha_promotions when the first rung trains at least
+  2 epochs or --min_steps is given; none for short rungs, no rung below the budget, unknown
+  epochs, or --objectives; any other name as it is."""
+  resolve = scheduler_lib.resolve
+  auto = SchedulerSettings('auto')
+  assert resolve(auto, 810, 45)[0] == SchedulerSettings('asha_promotions')  # rungs 90/270/810
+  assert resolve(auto, 810, 46)[0].name == 'none'  # 90 steps: 1.96 epochs
+  assert resolve(auto, 810, None)[0].name == 'none'
+  given = SchedulerSettings('auto', min_steps=5, reduction_factor=2)
+  assert resolve(given, 100, 44)[0] == SchedulerSettings('asha_promotions', 5, 2)
+  assert resolve(SchedulerSettings('auto', min_steps=100), 100, 1)[0].name == 'none'
+  settings, why = resolve(given, 100, 44, multi_objective=True)
+  assert settings == SchedulerSettings() and '--objectives' in why
+  asha = SchedulerSettings('asha', min_steps=10)
+  assert resolve(asha, 100, 44) == (asha, None)

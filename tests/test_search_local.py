@@ -360,9 +360,11 @@ def test_the_config_check_gives_the_trials_budget_early_stopping_must_fit(cache,
   from nascli.commands.search_in_local import search_in_local
   from nascli.errors import NascliError
   from nascli.search import local_main, preflight, search_loop
+  from nascli.search import scheduler as scheduler_lib
   import inspect
   monkeypatch.setenv("NASCLI_CACHE_DIR", cache)
   values = {k: p.default for k, p in inspect.signature(search_in_local).parameters.items()}
+  default_early_stopping = values["early_stopping"]
   values.update(local_output_dir=str(tmp_path / "job"), early_stopping="asha", min_steps=500)
   args = search_flags.from_flags(values)
   args.trial.run.data.dataset_dir = local_main.embedded_dataset("mnasnet")
@@ -373,12 +375,23 @@ def test_the_config_check_gives_the_trials_budget_early_stopping_must_fit(cache,
     result = preflight.run_check(check.spec_path)
   finally:
     check.remove()
-  assert result == {"train_steps": 100}
+  # The embedded digits: 1,438 training images in batches of 32.
+  assert result == {"train_steps": 100, "steps_per_epoch": 44}
   with pytest.raises(NascliError, match=r"^--early_stopping asha --min_steps 500: the trials"
                      r" train 100 steps \(trainer.train_steps\), so no rung comes before the"
                      r" end"):
-    search_loop.check_budget(args, result["train_steps"])
+    search_loop.check_budget(args.scheduler, result["train_steps"])
   args.scheduler.min_steps = 50
-  search_loop.check_budget(args, result["train_steps"])
+  search_loop.check_budget(args.scheduler, result["train_steps"])
+  # The default, auto, on this budget: a first rung of 12 steps (0.27 epochs) ranks at chance,
+  # so no early stopping; 810 steps put it at 90 (2 epochs): promotions, rungs 90/270/810.
+  auto = scheduler_lib.SchedulerSettings(default_early_stopping)
+  assert auto.name == "auto"
+  resolved, why = scheduler_lib.resolve(auto, result["train_steps"], result["steps_per_epoch"])
+  assert resolved.name == "none" and "first rung would train 12 steps, 0.27 epochs" in why
+  resolved, why = scheduler_lib.resolve(auto, 810, result["steps_per_epoch"])
+  assert (resolved.name, why) == ("asha_promotions", "early stopping (auto): asha_promotions,"
+                                  " rungs at 90, 270, 810 steps (the first trains 90 steps, 2"
+                                  " epochs; --early_stopping none turns it off)")
 
 

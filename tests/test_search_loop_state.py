@@ -161,3 +161,26 @@ def test_an_attempt_takes_its_trials_last_slot_when_it_is_free():
   assert search_loop.take_slot(free) == 1 and free == []
   free = [None, None]  # Ray tasks: slots without identity
   assert search_loop.take_slot(free, None) is None and free == [None]
+
+
+@pytest.mark.parametrize('began_with, overwrite, settled', [
+    (None, False, 'none'),  # began without early stopping (before auto, or with none)
+    ({'name': 'auto', 'min_steps': None, 'reduction_factor': 3}, False, 'auto'),
+    (None, True, 'auto'),  # --overwrite starts a new job: auto decides afresh
+])
+def test_auto_on_a_job_that_began_without_early_stopping_stays_without(tmp_path, began_with,
+                                                                        overwrite, settled):
+  settings = {'search_space': 'toy'}
+  if began_with:
+    settings['scheduler'] = began_with
+  journal = journal_lib.journal_for(str(tmp_path))
+  with journal.open_for_writing():
+    journal.append({'event': 'search_started', 'settings': settings})
+  args = search_loop.SearchArgs(job_dir=str(tmp_path), overwrite=overwrite,
+                                scheduler=scheduler_lib.SchedulerSettings('auto'))
+  search_loop.settle_auto(args)
+  assert args.scheduler.name == settled
+  fresh = search_loop.SearchArgs(job_dir=str(tmp_path / 'new'),
+                                 scheduler=scheduler_lib.SchedulerSettings('auto'))
+  search_loop.settle_auto(fresh)  # no journal yet
+  assert fresh.scheduler.name == 'auto'

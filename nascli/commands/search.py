@@ -45,7 +45,7 @@ def search(
     export_top_k: f.ExportTopK = 3,
     export_every_trial: f.ExportEveryTrial = False,
     objectives: f.Objectives = None,
-    early_stopping: f.EarlyStopping = "none",
+    early_stopping: f.EarlyStopping = "auto",
     min_steps: f.MinSteps = None,
     reduction_factor: f.ReductionFactor = None,
     paused_trials_per_worker: f.PausedTrialsPerWorker = 1,
@@ -57,7 +57,9 @@ def search(
   del use_prebuilt_trainer
   values = locals()
   f.check(values)  # before Ray, pyglove and TensorFlow are imported
-  if early_stopping != "none" and (local_output_dir or "").startswith("gs://"):
+  if early_stopping == "auto" and (local_output_dir or "").startswith("gs://"):
+    values["early_stopping"] = "none"  # rungs need a checkpoint every node reaches (below)
+  elif early_stopping != "none" and (local_output_dir or "").startswith("gs://"):
     # Each attempt then runs in a fresh folder of the node Ray picks: no checkpoint to go on from.
     raise NascliError(f"--early_stopping {early_stopping} with a gs:// --local_output_dir on Ray:"
                       " a promoted trial could not continue from its checkpoint; use a job dir"

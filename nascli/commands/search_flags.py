@@ -129,11 +129,12 @@ ExportTopK = Annotated[int, typer.Option(
 ExportEveryTrial = Annotated[bool, typer.Option(
     *flag("export_every_trial"), help="Each trial exports its SavedModel as it ends.")]
 EarlyStopping = Annotated[str, typer.Option(
-    *flag("early_stopping"), help="Stop weak trials early: none, median (Ray Tune's"
-    " MedianStoppingRule), asha (asynchronous successive halving, Ray Tune's stop rule) or"
-    " asha_promotions (the paper's promotion rule: trials pause at each rung, free workers"
-    " promote the top 1/eta). Trials train in rungs of --min_steps * --reduction_factor**k"
-    " steps, report, and are stopped or go on from their checkpoint.")]
+    *flag("early_stopping"), help="Stop weak trials early: auto (asha_promotions when a"
+    " first rung trains at least 2 epochs or --min_steps is given, else none), none, median"
+    " (Ray Tune's MedianStoppingRule), asha (asynchronous successive halving, Ray Tune's stop"
+    " rule) or asha_promotions (the paper's promotion rule: trials pause at each rung, free"
+    " workers promote the top 1/eta). Trials train in rungs of --min_steps *"
+    " --reduction_factor**k steps, report, and are stopped or go on from their checkpoint.")]
 MinSteps = Annotated[Optional[int], typer.Option(
     *flag("min_steps"), help="With --early_stopping: the steps a trial trains before its first"
     " report (its first rung). Default: trainer.train_steps / reduction_factor**2, rounded"
@@ -221,7 +222,7 @@ DEFINING_DEFAULTS: dict[str, Any] = {
     "search_docker_flags": None, "experiment": None, "config_file": None,
     "params_override": None, "training_data_path": None, "validation_data_path": None,
     "dataset_dir": None, "population_size": None, "tournament_size": None, "objectives": None,
-    "early_stopping": "none", "min_steps": None, "reduction_factor": None,
+    "early_stopping": "auto", "min_steps": None, "reduction_factor": None,
 }
 
 

@@ -32,7 +32,7 @@ def search_in_local(
     export_top_k: f.ExportTopK = 3,
     export_every_trial: f.ExportEveryTrial = False,
     objectives: f.Objectives = None,
-    early_stopping: f.EarlyStopping = "none",
+    early_stopping: f.EarlyStopping = "auto",
     min_steps: f.MinSteps = None,
     reduction_factor: f.ReductionFactor = None,
     paused_trials_per_worker: f.PausedTrialsPerWorker = 1,

@@ -103,6 +103,7 @@ def run(args: "SearchArgs", docker_flags: list[str] | None = None,
     run.data.dataset_dir = embedded_dataset(space.name)
   if not run.config_files and space.defaults is not None:
     run.config_files = [space.defaults.config_path()]
+  search_loop.settle_auto(args)
   # A finished job is reported from its journal: no worker started, no TensorFlow loaded.
   done = search_loop.finished_job(args)
   if done is not None:

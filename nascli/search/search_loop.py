@@ -166,7 +166,8 @@ class SearchLoop:
     if args.max_nas_trial < 1 or args.max_parallel_nas_trial < 1:
       raise NascliError("--max_nas_trial and --max_parallel_nas_trial must be at least 1")
     _check_scheduler(args)
-    self.scheduler = scheduler_lib.make(args.scheduler)
+    if args.scheduler.name != scheduler_lib.AUTO:
+      self.scheduler = scheduler_lib.make(args.scheduler)
     self.max_failed = max_failed(args)
     self.journal = journal_lib.journal_for(args.job_dir)
     self.workspace = workspace_lib.for_job_dir(args.job_dir)
@@ -185,7 +186,13 @@ class SearchLoop:
         if not isinstance(self.executor, warm_workers.WarmExecutor):
           checker.close()
         check.remove()
-      check_budget(args, checked["train_steps"])
+      settings, why = scheduler_lib.resolve(args.scheduler, checked["train_steps"],
+                                            checked.get("steps_per_epoch"),
+                                            multi_objective=bool(args.objectives))
+      if why:
+        stderr.print(why, highlight=False, markup=False)
+      self.scheduler = scheduler_lib.make(settings)
+      check_budget(settings, checked["train_steps"])
       self.train_steps = checked["train_steps"]
       self._load_space()
     except BaseException:
@@ -235,7 +242,7 @@ class SearchLoop:
     reported = state.rungs.get(trial_id, [])
     first = reported[0]["metrics"] if reported else {}
     measured = {k: first.get(k) for k in _CARRIED}
-    settings = self.args.scheduler
+    settings = self.scheduler.settings
     return trial_lib.RungSpec(
         rung=len(reported), min_steps=settings.min_steps,
         reduction_factor=settings.reduction_factor,
@@ -408,7 +415,7 @@ class SearchLoop:
       return True
     state = self.state
     last = state.rungs[report.trial_id][-1]
-    reason = reason or (f"--early_stopping {self.args.scheduler.name} stopped it at rung"
+    reason = reason or (f"--early_stopping {self.scheduler.settings.name} stopped it at rung"
                         f" {report.rung} (step {report.step}, reward {report.reward:.4g})")
     trial_lib.mark_stopped(os.path.join(self.work_dir, report.trial_id), reason)
     self._record(report.trial_id, {
@@ -437,11 +444,11 @@ class SearchLoop:
   def _stop_paused(self, state: journal_lib.JobState, ctl: controller_lib.Controller) -> None:
     """asha_promotions, at the search's end: the trials still paused were never in the top
     1/eta of their rung; each is stopped there, a final state with that rung's reward."""
-    eta = self.args.scheduler.reduction_factor
+    eta = self.scheduler.settings.reduction_factor
     for trial_id in state.trial_ids(journal_lib.PAUSED):
       report = next(r for r in reversed(self._reports) if r.trial_id == trial_id)
       self._decided(report, False, ctl, reason=(
-          f"--early_stopping {self.args.scheduler.name}: not promoted from rung {report.rung}"
+          f"--early_stopping {self.scheduler.settings.name}: not promoted from rung {report.rung}"
           f" (step {report.step}, reward {report.reward:.4g}), below the top 1/{eta} of its"
           " rung when the search ended"))
 
@@ -758,6 +765,22 @@ def mutable_changes(began: dict[str, Any], now: dict[str, Any]) -> list[str]:
   return out
 
 
+def settle_auto(args: SearchArgs) -> None:
+  """`--early_stopping auto` on a job that began without early stopping (one begun before
+  `auto` was the default, or with `none`) stays without it: the job goes on as it began."""
+  if args.scheduler.name != scheduler_lib.AUTO or args.overwrite:
+    return
+  journal = journal_lib.journal_for(args.job_dir)
+  try:
+    first = next(iter(journal.events()), {}) if journal.exists() else {}
+  except NascliError:
+    return  # damaged: the search itself says how
+  settings = first.get("settings")
+  if first.get("event") == "search_started" and isinstance(settings, dict) and (
+      "scheduler" not in settings):
+    args.scheduler = scheduler_lib.SchedulerSettings()
+
+
 def finished_job(args: SearchArgs) -> journal_lib.JobState | None:
   """The job in args.job_dir when it is done with these very settings: every trial ended,
   --max_nas_trial trials proposed (or the failure limit passed), and the --export_top_k best
@@ -838,9 +861,8 @@ def _check_scheduler(args: SearchArgs) -> None:
                       multi_objective=bool(args.objectives))
 
 
-def check_budget(args: SearchArgs, train_steps: int) -> None:
+def check_budget(s: scheduler_lib.SchedulerSettings, train_steps: int) -> None:
   """Early stopping needs a rung below the trials' budget (known once the config is built)."""
-  s = args.scheduler
   if s.early_stopping:
     scheduler_lib.check_budget(s.name, s.min_steps, s.reduction_factor, train_steps)
 

@@ -25,6 +25,11 @@ from nascli.errors import NascliError
 VARIANTS = 3  # drawings of each scan
 _SPLIT_CODES = {"train": 1, "validation": 2}
 _FRAGMENTS = 1  # clutter pieces per image
+_FRAGMENT_ALPHA = 0.5  # how opaque a clutter piece is
+_SCALE = (0.6, 0.9)  # the digit's side, as a fraction of the image's
+_ANGLE = 20.0  # the digit turns by up to this many degrees either way
+_NOISE = 10.0  # std of the pixel noise, in levels
+_CONTRAST = 110.0  # least mean difference between a colour and the background
 
 
 @register_source("digits_clutter")
@@ -70,13 +75,13 @@ class DigitsClutterSource(digits.DigitsSource):
       piece = cv2.resize(other[y:y + 4, x:x + 4], (size // 2, size // 2),
                          interpolation=cv2.INTER_LINEAR)
       _paint(image, piece, rng.integers(0, size - size // 2 + 1, 2), _colour(rng, base),
-             alpha=0.5)
-    scale = int(round(size * rng.uniform(0.6, 0.9)))
+             alpha=_FRAGMENT_ALPHA)
+    scale = int(round(size * rng.uniform(*_SCALE)))
     digit = cv2.resize(scan, (scale, scale), interpolation=cv2.INTER_LINEAR)
-    turn = cv2.getRotationMatrix2D((scale / 2, scale / 2), float(rng.uniform(-20, 20)), 1.0)
+    turn = cv2.getRotationMatrix2D((scale / 2, scale / 2), float(rng.uniform(-_ANGLE, _ANGLE)), 1.0)
     digit = cv2.warpAffine(digit, turn, (scale, scale), flags=cv2.INTER_LINEAR)
     _paint(image, digit, rng.integers(0, size - scale + 1, 2), _colour(rng, base), alpha=1.0)
-    image += rng.normal(0, 10, image.shape).astype(np.float32)
+    image += rng.normal(0, _NOISE, image.shape).astype(np.float32)
     out = np.clip(np.round(image), 0, 255).astype(np.uint8)
     if self.channels == 1:
       return cv2.cvtColor(out, cv2.COLOR_RGB2GRAY)[:, :, None]
@@ -91,9 +96,9 @@ class DigitsClutterSource(digits.DigitsSource):
 
 
 def _colour(rng: np.random.Generator, background: np.ndarray) -> np.ndarray:
-  """A colour that stands out from the background by at least 110 levels on average."""
+  """A colour that stands out from the background by at least `_CONTRAST` levels on average."""
   colour = rng.uniform(0, 255, 3)
-  if np.abs(colour - background).mean() < 110:
+  if np.abs(colour - background).mean() < _CONTRAST:
     colour = np.where(background < 128, rng.uniform(170, 255, 3), rng.uniform(0, 60, 3))
   return colour.astype(np.float32)
 
