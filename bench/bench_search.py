@@ -645,7 +645,15 @@ def _compute_curve(job_dir: Path, train_steps: int) -> dict:
   per_trial = scheduler.compute_spent(events, train_steps)
   statuses = collections.Counter(e["event"] for e in events
                                  if e["event"] in ("completed", "stopped", "failed"))
+  # Attempts after a trial's first rung: wall seconds, continued in memory or from a checkpoint.
+  later = [e["metrics"] for e in events if e["event"] in ("rung", "completed")
+           and (e["metrics"].get("rung") or 0) > 0]
+  promoted = {key: [m["wall_s"] for m in later if bool(m.get("in_memory")) == flag]
+              for key, flag in (("in_memory", True), ("from_checkpoint", False))}
   return {"curve": curve, "steps": sum(t["steps"] for t in per_trial.values()),
+          "promoted_attempts": {k: {"count": len(v), "wall_s_mean":
+                                    round(statistics.mean(v), 2) if v else None}
+                                for k, v in promoted.items()},
           "attempt_wall_s": round(sum(t["wall_s"] for t in per_trial.values()), 1),
           "best_reward": best, "statuses": dict(statuses)}
 
@@ -665,9 +673,13 @@ def early_stopping(args) -> dict:
     raise SystemExit("early_stopping: --schedulers must start with none (the baseline)")
   configs = {"none": ["--max_nas_trial", str(args.trials), "--early_stopping", "none"]}
   for name in names[1:]:
+    # NAME@K: --paused_trials_per_worker K (e.g. asha_promotions@0: promotions from checkpoints)
+    rule, _, kept = name.partition("@")
     configs[name] = ["--max_nas_trial", str(args.trials * args.asha_trials_factor),
-                     "--early_stopping", name, "--min_steps", str(args.min_steps),
-                     "--reduction_factor", str(args.reduction_factor)]
+                     "--early_stopping", rule, "--min_steps", str(args.min_steps),
+                     "--reduction_factor", str(args.reduction_factor),
+                     *(["--paused_trials_per_worker", kept] if kept else [])]
+  data_flags = shlex.split(args.data_flags or "")
   runs = []
   seeds = [int(s) for s in args.seeds.split(",")]
   for i, seed in enumerate(seeds):
@@ -676,7 +688,7 @@ def early_stopping(args) -> dict:
       job = work / f"es_{name}_{seed}"
       result = search(job, work, *configs[name], "--max_parallel_nas_trial", "1", "--seed",
                       str(seed), "--search_algorithm", "random", "--params_override", override,
-                      "--overwrite",
+                      "--overwrite", *data_flags,
                       *NO_FINAL_EXPORT, target_ms=None)
       curve = _compute_curve(job, steps)
       runs.append({"seed": seed, "early_stopping": name, "wall_s": round(result["wall_s"], 1),
@@ -769,6 +781,9 @@ def main() -> None:
   parser.add_argument("--reduction_factor", type=int, default=3)
   parser.add_argument("--schedulers", default="none,asha,asha_promotions",
                       help="early_stopping: none, then the --early_stopping values to compare")
+  parser.add_argument("--data_flags", help="early_stopping: flags added to every search, e.g."
+                      " \"--dataset_dir DIR --config_file YAML\" (default: the embedded digits"
+                      " and the testing YAML)")
   parser.add_argument("--asha_trials_factor", type=int, default=2,
                       help="early_stopping: ASHA proposes this many times --trials")
   args = parser.parse_args()
