@@ -4,6 +4,7 @@ select_proxy_task_models -> search_proxy_task (killed and resumed) -> search_in_
 tested without training in tests/test_search_proxy_task.py and tests/test_proxy_variance.py."""
 
 import json
+import math
 import os
 import signal
 import subprocess
@@ -92,6 +93,13 @@ def test_search_proxy_task_killed_and_resumed_picks_the_cheapest_and_its_yaml_re
   assert (job / "proxy_task_search.png").read_bytes()[:4] == b"\x89PNG"
   state = json.loads((job / "search_controller_state.json").read_text())
   assert state == result and state["finished"]
+  # The rungs its curves support: from the first step whose tau meets the target, if before
+  # the end (the table's last lines print the flags beside the YAML).
+  meets = first["first_step_meeting_correlation"]
+  assert meets is not None and meets <= 40
+  assert state["early_stopping"] == (
+      None if math.ceil(meets) >= 40 else {"early_stopping": "asha_promotions",
+                                           "min_steps": math.ceil(meets)})
   # proxy_task.yaml: the candidate's trial 1 config, less the architecture and the data.
   proxy = yaml.safe_load((job / "proxy_task.yaml").read_text())
   trial1 = yaml.load((cand / "1" / "params.yaml").read_text(), Loader=yaml.UnsafeLoader)  # noqa: S506 - our own file

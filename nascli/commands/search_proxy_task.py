@@ -168,8 +168,14 @@ def _print(result: dict, as_json: bool) -> None:
   out = console.stdout()
   out.print(table)
   if result["chosen"]:
+    rungs = result.get("early_stopping")
+    flags = (f" --early_stopping {rungs['early_stopping']} --min_steps {rungs['min_steps']}"
+             if rungs else "")
     out.print(f"chosen proxy: {result['chosen']}; use it with `nascli search_in_local"
-              f" --config_file {result['proxy_task_yaml']}`", highlight=False)
+              f" --config_file {result['proxy_task_yaml']}{flags}`", highlight=False)
+    if rungs:
+      out.print(f"(its models rank as the reference does from step {rungs['min_steps']} on:"
+                " early-stopping rungs from there)", highlight=False)
   else:
     out.print("no candidate met the targets: add longer candidates (--proxy_train_steps) or"
               " relax --desired_accuracy_correlation", highlight=False)

@@ -266,6 +266,16 @@ def _failed_trainings(job_dir: str, error: NascliError) -> str:
   return f"its trainings failed ({error})"
 
 
+def rungs_from(candidate: dict) -> dict | None:
+  """Early stopping the chosen proxy's curves support: its models, evaluated along training,
+  rank as the reference does (tau at the target) from `first_step_meeting_correlation` on, so
+  rungs from that step rank as well as the whole proxy; None when only its end does."""
+  step = candidate.get("first_step_meeting_correlation")
+  if step is None or math.ceil(step) >= candidate["train_steps"]:
+    return None
+  return {"early_stopping": "asha_promotions", "min_steps": math.ceil(step)}
+
+
 def _write_state(job_dir: str, settings: ProxySearchSettings, reference: Reference,
                  results: list[dict], best: dict | None, final: bool = False) -> dict:
   state = {
@@ -279,6 +289,7 @@ def _write_state(job_dir: str, settings: ProxySearchSettings, reference: Referen
       "candidates": results,
       "chosen": None if best is None else best["name"],
       "proxy_task_yaml": None,
+      "early_stopping": None if best is None else rungs_from(best),
       "finished": final,
   }
   if final and best is not None:
