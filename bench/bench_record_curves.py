@@ -2,7 +2,7 @@
 benchmark bench_schedulers.py replays (issue 26).
 
     python bench/bench_record_curves.py [--space mnasnet] [--trials 30] [--steps 810]
-        [--points 27] [--seed 0] [--dataset_dir DIR] [--name NAME]
+        [--points 27] [--seed 0] [--dataset_dir DIR] [--config_file YAML] [--name NAME]
         [--job_dir bench/results/NAME] [--out bench/results/NAME.json]
 
 A plain nascli search (random search: its proposals do not depend on rewards, so the set is
@@ -37,6 +37,8 @@ def main() -> None:
   p.add_argument("--seed", type=int, default=0)
   p.add_argument("--dataset_dir", help="a convert-data folder (default: the space's embedded"
                  " data set)")
+  p.add_argument("--config_file", help="the recipe (default: the space's testing YAML); its"
+                 " schedule is stretched to --steps where it is a cosine decay")
   p.add_argument("--name", help="names the job dir and the curves file (default:"
                  " curves_SPACE_STEPS)")
   p.add_argument("--job_dir")
@@ -51,8 +53,15 @@ def main() -> None:
   loop = max(1, a.steps // a.points)
   override = (f"trainer.train_steps={a.steps},trainer.steps_per_loop={loop},"
               f"trainer.summary_interval={loop},"
-              f"trainer.checkpoint_interval={a.steps},trainer.validation_interval={a.steps},"
-              f"trainer.optimizer_config.learning_rate.cosine.decay_steps={a.steps}")
+              f"trainer.checkpoint_interval={a.steps},trainer.validation_interval={a.steps}")
+  recipe = {}
+  if a.config_file:
+    import yaml  # pylint: disable=g-import-not-at-top
+    with open(a.config_file, encoding="utf-8") as f:
+      recipe = yaml.safe_load(f) or {}
+  rate = recipe.get("trainer", {}).get("optimizer_config", {}).get("learning_rate", {})
+  if rate.get("type", "cosine") == "cosine":
+    override += f",trainer.optimizer_config.learning_rate.cosine.decay_steps={a.steps}"
   args = search_loop.SearchArgs(job_dir=job_dir, search_space=a.space,
                                 search_algorithm="random", max_nas_trial=a.trials,
                                 export_top_k=0)
@@ -60,12 +69,14 @@ def main() -> None:
   args.trial.validation_curve_points = a.points
   if a.dataset_dir:
     args.trial.run.data.dataset_dir = a.dataset_dir
+  if a.config_file:
+    args.trial.run.config_files = [os.path.abspath(a.config_file)]
   started = time.monotonic()
   local_main.run(args, [f"params_override={override}"])
   curves = bench_schedulers.curves_from_jobs([job_dir])
   data = {"task": f"{a.space} on {a.dataset_dir or 'its embedded data'}, random architectures"
                   f" (seed {a.seed}),"
-                  f" {a.steps} steps, the testing YAML's recipe",
+                  f" {a.steps} steps, {a.config_file or 'the testing YAML'}'s recipe",
           "steps": curves.steps, "curves": curves.curves,
           "seconds_per_step": curves.seconds_per_step, "machine": host.machine(),
           "wall_s": round(time.monotonic() - started, 1), "params_override": override}

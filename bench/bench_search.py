@@ -675,9 +675,11 @@ def early_stopping(args) -> dict:
   for name in names[1:]:
     # NAME@K: --paused_trials_per_worker K (e.g. asha_promotions@0: promotions from checkpoints)
     rule, _, kept = name.partition("@")
+    # auto: the default decides its rungs, as a user who gives no early-stopping flag gets.
+    ladder = [] if rule == "auto" else ["--min_steps", str(args.min_steps),
+                                        "--reduction_factor", str(args.reduction_factor)]
     configs[name] = ["--max_nas_trial", str(args.trials * args.asha_trials_factor),
-                     "--early_stopping", rule, "--min_steps", str(args.min_steps),
-                     "--reduction_factor", str(args.reduction_factor),
+                     "--early_stopping", rule, *ladder,
                      *(["--paused_trials_per_worker", kept] if kept else [])]
   data_flags = shlex.split(args.data_flags or "")
   runs = []
