@@ -20,12 +20,18 @@ rerun (an unfinished one is started afresh, so its time is clean); WORK_DIR/reci
 the data set, recipe and architectures, and a rerun with other ones is refused (use another
 --work_dir). The result JSON (default WORK_DIR/summary.json) has every number of the table.
 
-Example (the recipe of tf_vision/configs/experiments/digits_clutter_mnasnet_search_cpu.yaml):
+Give the recipe as a whole (a copy of the testing YAML with your changes, plus overrides):
+with a config flag, `nascli train --nas_params_str` starts from the experiment's defaults
+beneath it (without one it would use stage 2's recipe, 11 epochs of the data). Example, the
+testing YAML stretched to 810 steps on digits_clutter (BENCHMARKS.md):
 
-    nascli convert-data digits_clutter --output_dir /tmp/dc
-    python bench/bench_task_signal.py --dataset_dir /tmp/dc \\
-        --config_file tf_vision/configs/experiments/digits_clutter_mnasnet_search_cpu.yaml \\
-        --work_dir bench/results/task_signal_dc
+    nascli convert-data digits_clutter --output_dir /tmp/dc --num_shards 2
+    O=trainer.train_steps=810,trainer.steps_per_loop=90,trainer.checkpoint_interval=810
+    O=$O,trainer.validation_interval=810
+    O=$O,trainer.optimizer_config.learning_rate.cosine.decay_steps=810
+    python bench/bench_task_signal.py --dataset_dir /tmp/dc --params_override $O \\
+        --config_file tf_vision/test_files/fast_nas_classification_search_for_testing.yaml \\
+        --work_dir bench/results/task_signal_dc_sgd810
 """
 
 import argparse
