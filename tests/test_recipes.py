@@ -9,6 +9,8 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 RECIPES = {
     "configs/experiments/coco_retinanet_spinenet49_gpu.yaml": "retinanet_spinenet_coco",
+    "configs/experiments/digits_clutter_mnasnet_search_cpu.yaml":
+        "nas_classification_tunable_mnasnet",
     "configs/experiments/digits_resnet10_cpu.yaml": "nascli_classification",
     "configs/experiments/digits_resnet10_thor_cpu.yaml": "nascli_classification",
     "configs/experiments/imagenet_mnasnet_gpu.yaml": "nascli_classification",
