@@ -586,7 +586,8 @@ def test_auto_resolves_to_promotions_only_where_rungs_can_rank():
   auto = SchedulerSettings('auto')
   assert resolve(auto, 810, 45)[0] == SchedulerSettings('asha_promotions')  # rungs 90/270/810
   assert resolve(auto, 810, 46)[0].name == 'none'  # 90 steps: 1.96 epochs
-  assert resolve(auto, 810, None)[0].name == 'none'
+  settings, why = resolve(auto, 810, None)
+  assert settings.name == 'none' and 'train 90 steps; the training data does not say its size' in why
   given = SchedulerSettings('auto', min_steps=5, reduction_factor=2)
   assert resolve(given, 100, 44)[0] == SchedulerSettings('asha_promotions', 5, 2)
   assert resolve(SchedulerSettings('auto', min_steps=100), 100, 1)[0].name == 'none'

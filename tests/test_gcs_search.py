@@ -93,8 +93,8 @@ def killed_and_resumed(gcs_emulator, cache):
   # (a trial takes far longer than this loop's 0.2 s between looks, so it cannot end unseen).
   deadline = time.monotonic() + 600
   while time.monotonic() < deadline and driver.poll() is None:
-    # search_started, 3 events of trial 1, proposed 2, started 2
-    if len(_entries(job)) >= 6 and os.path.isdir(os.path.join(staging, "2")):
+    # search_started, early_stopping, 3 events of trial 1, proposed 2, started 2
+    if len(_entries(job)) >= 7 and os.path.isdir(os.path.join(staging, "2")):
       break
     time.sleep(0.2)
   driver.send_signal(signal.SIGKILL)
@@ -119,12 +119,13 @@ def test_search_journals_one_object_per_event(searched, cli, failing_trials, tmp
   job, _ = searched
   events = GcsJournal(job).events()
   assert _entries(job) == [f"{seq:010d}.json" for seq in range(1, len(events) + 1)]
-  assert [e["seq"] for e in events] == list(range(1, 9))
+  assert [e["seq"] for e in events] == list(range(1, 10))
   for seq, event in enumerate(events, 1):  # each object holds exactly its event
     assert json.loads(storage.read_text(GcsJournal(job).entry(seq))) == event
-  # Trial 2 started twice: the search was killed while it trained (killed_and_resumed).
+  # Trial 2 started twice: the search was killed while it trained (killed_and_resumed); what
+  # --early_stopping auto chose is journaled once, by the first run.
   assert [(e["event"], e.get("trial_id")) for e in events] == [
-      ("search_started", None), ("proposed", "1"), ("started", "1"), ("completed", "1"),
+      ("search_started", None), ("early_stopping", None), ("proposed", "1"), ("started", "1"), ("completed", "1"),
       ("proposed", "2"), ("started", "2"), ("started", "2"), ("completed", "2")]
   # A local job of the same flags journals the same search: the same settings (and so the same
   # fingerprint), the same first proposal. Its trial fails at once (failing_trials): only its
@@ -133,7 +134,12 @@ def test_search_journals_one_object_per_event(searched, cli, failing_trials, tmp
   code, _, stderr = cli(*_search_args(local, "--max_nas_trial", "1", *PROCESS, export=True))
   assert code == 1 and "every trial of" in stderr, stderr
   local_events = journal_events(local)
-  assert [_stable(e) for e in events[1:3]] == [_stable(e) for e in local_events[1:3]]
+  assert [_stable(e) for e in events[2:4]] == [_stable(e) for e in local_events[2:4]]
+  # 3-step trials: no rung could rank. The gs:// job's config check counted its records (0.068
+  # epochs); the local one skipped that check (no_config_check), so it knows no epoch.
+  assert events[1]["name"] == local_events[1]["name"] == "none"
+  assert "3 steps, 0.068 epochs, under 2 epochs" in events[1]["why"]
+  assert "3 steps; the training data does not say its size" in local_events[1]["why"]
   started, local_started = events[0], local_events[0]
   assert started["fingerprint"] == local_started["fingerprint"]  # mutable settings aside
   assert started["settings"] == {**local_started["settings"], "max_nas_trial": 2,
@@ -219,7 +225,7 @@ def test_killed_search_resumes_from_the_gcs_journal(killed_and_resumed, searched
       ("completed", "1"), ("proposed", "2"), ("started", "2")]
   # Nothing of the interrupted trial was in the bucket: it is uploaded only once it ends.
   assert run.trial_2_in_bucket == [] and run.trial_2_staged
-  interrupted_dna = before[4]["dna"]
+  interrupted_dna = before[-2]["dna"]
   assert "re-running interrupted trial(s) 2" in run.resumed.stderr
   assert [r["trial_id"] for r in rows] == ["1", "2"]
   events = GcsJournal(job).events()
@@ -246,26 +252,29 @@ RIVAL = {"seq": 3, "time": "2026-01-01T00:00:00.000Z", "event": "note", "by": "a
 
 def test_second_driver_is_stopped_by_the_create_only_journal(cli, gcs_prefix, cache,
                                                              monkeypatch, no_config_check):
-  """Another driver appends entry 3 while this one starts its first trial: this one's append
-  of entry 3 fails, with one line, and overwrites nothing."""
+  """Another driver appends entry 4 while this one starts its first trial (after
+  search_started, what --early_stopping auto chose, and the proposal): this one's append of
+  entry 4 fails, with one line, and overwrites nothing."""
   from nascli.search import executors  # pylint: disable=g-import-not-at-top
   job = storage.join(gcs_prefix, "job")
-  rival = json.dumps(RIVAL)
+  rival = json.dumps({**RIVAL, "seq": 4})
 
   def rival_appends_first(self, spec_path, trial_dir, slot, publish_to=None):
     del self, spec_path, trial_dir, slot, publish_to
-    storage.create_text(GcsJournal(job).entry(3), rival)
+    storage.create_text(GcsJournal(job).entry(4), rival)
 
   monkeypatch.setattr(executors.LocalExecutor, "start", rival_appends_first)
   monkeypatch.setenv("NASCLI_CACHE_DIR", cache)
   code, stdout, stderr = cli(*_search_args(job, "--max_nas_trial", "1", *PROCESS))
   lines = stderr.strip().splitlines()
-  assert code == 1 and len(lines) == 1 and stdout == "", stderr
-  assert lines[0] == (f"Error: {job}/journal/0000000003.json already exists: another search"
+  assert code == 1 and len(lines) == 2 and stdout == "", stderr
+  assert lines[0].startswith("early stopping (auto): none")
+  assert lines[1] == (f"Error: {job}/journal/0000000004.json already exists: another search"
                       f" appended to {job} after this one read its journal; this one stops"
                       " (nothing overwritten)")
-  assert storage.read_text(GcsJournal(job).entry(3)) == rival
-  assert [e["event"] for e in GcsJournal(job).events()] == ["search_started", "proposed", "note"]
+  assert storage.read_text(GcsJournal(job).entry(4)) == rival
+  assert [e["event"] for e in GcsJournal(job).events()] == ["search_started", "early_stopping",
+                                                            "proposed", "note"]
   assert storage.list_names(job, recursive=False) == ["journal/"]  # no trial, no results
 
 
@@ -322,7 +331,8 @@ def test_outcome_is_journaled_after_the_trial_folder_is_up(cli, gcs_prefix, fail
   assert code == 1 and "every trial of" in stderr, stderr  # its only trial failed
   assert stdout == "" and GcsJournal(job).events()[-1]["trial_id"] == "1"
   assert list(journal_at_upload)[-1] == "job_status.json"  # the marker last
-  assert journal_at_upload["job_status.json"] == ["search_started", "proposed", "started"]
+  assert journal_at_upload["job_status.json"] == ["search_started", "early_stopping",
+                                                  "proposed", "started"]
   assert GcsJournal(job).events()[-1]["reason"] == "simulated"
   assert storage.list_names(storage.join(job, "1")) == [
       "job_status.json", "trial.log", "trial_spec.json"]
@@ -338,7 +348,8 @@ def test_overwrite_starts_a_gcs_job_over(cli, gcs_prefix, failing_trials):
                                       seed=8))
   assert code == 1, stderr  # its trial fails again (failing_trials)
   events = GcsJournal(job).events()
-  assert events[0]["settings"]["trial"]["run"]["seed"] == 8 and [e["seq"] for e in events] == [1, 2, 3, 4]
+  assert events[0]["settings"]["trial"]["run"]["seed"] == 8
+  assert [e["seq"] for e in events] == [1, 2, 3, 4, 5]
   assert storage.list_names(job, recursive=False) == [
       "1/", "hparams/", "journal/", "notes.txt", "search_progress.png", "trials.csv",
       "trials.json"]

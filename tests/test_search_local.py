@@ -388,7 +388,10 @@ def test_the_config_check_gives_the_trials_budget_early_stopping_must_fit(cache,
   auto = scheduler_lib.SchedulerSettings(default_early_stopping)
   assert auto.name == "auto"
   resolved, why = scheduler_lib.resolve(auto, result["train_steps"], result["steps_per_epoch"])
-  assert resolved.name == "none" and "first rung would train 12 steps, 0.27 epochs" in why
+  assert (resolved.name, why) == ("none", "early stopping (auto): none (a first rung would"
+                                  " train 12 steps, 0.27 epochs, under 2 epochs, too short to"
+                                  " rank architectures; --early_stopping asha_promotions forces"
+                                  " rungs)")  # as docs/commands/search_in_local.md shows it
   resolved, why = scheduler_lib.resolve(auto, 810, result["steps_per_epoch"])
   assert (resolved.name, why) == ("asha_promotions", "early stopping (auto): asha_promotions,"
                                   " rungs at 90, 270, 810 steps (the first trains 90 steps, 2"

@@ -35,6 +35,8 @@ With early stopping (nascli/search/scheduler.py), a trial trains in rungs, one a
   stopped        {trial_id, rung, step, reward, metrics, reason}: the scheduler stopped it, a
                  final state (not a failure), with its last rung's reward and metrics
   The last rung ends as `completed` (its metrics with rung, step, resumed_from).
+  early_stopping {name, why}: what `--early_stopping auto` (recorded as `auto` in the
+                 settings) decided for this job, journaled once, before its first trial
 Events of other kinds are kept in the log and ignored by `replay`, so newer writers can add
 informational events without breaking older readers.
 """
@@ -106,6 +108,9 @@ class JobState:
   # Early stopping: each trial's rung reports in order, {rung, step, reward, metrics, seq}; the
   # next attempt of a trial trains to rung len(rungs[trial]).
   rungs: dict[str, list[dict[str, Any]]] = dataclasses.field(default_factory=dict)
+  # The scheduler `--early_stopping auto` chose (its `early_stopping` event); None: not auto,
+  # or not decided yet.
+  early_stopping: str | None = None
   last_seq: int = 0
 
   def trial_ids(self, *statuses: str) -> list[str]:
@@ -149,6 +154,9 @@ class JobState:
         raise bad('repeats search_started')
       self.settings = dict(event.get('settings') or {})
       self.fingerprint = event.get('fingerprint')
+      return
+    if kind == 'early_stopping' and isinstance(event.get('name'), str):
+      self.early_stopping = event['name']
       return
     if kind not in _TRIAL_EVENTS:
       return  # Informational events from newer writers.

@@ -131,8 +131,12 @@ def trial_rows(job_dir: str | os.PathLike[str], state: JobState) -> list[dict[st
 
 
 def has_early_stopping(state: JobState) -> bool:
-  """The search stops weak trials early (its settings name a scheduler other than none)."""
-  return ((state.settings or {}).get('scheduler') or {}).get('name', 'none') != 'none'
+  """The search stops weak trials early: its settings name a scheduler other than none, or
+  `auto` chose one (its journaled decision; before that, any rung report says so)."""
+  name = ((state.settings or {}).get('scheduler') or {}).get('name', 'none')
+  if name == 'auto':
+    return state.early_stopping != 'none' if state.early_stopping else bool(state.rungs)
+  return name != 'none'
 
 
 def _with_step(row: dict[str, Any], state: JobState) -> dict[str, Any]:

@@ -99,7 +99,11 @@ def resolve(settings: SchedulerSettings, train_steps: int, steps_per_epoch: int 
   if len(steps) < 2:
     return none, (f'early stopping (auto): none (the trials train {train_steps} steps: no rung'
                   ' comes before the end)')
-  if settings.min_steps is None and (epochs is None or epochs < AUTO_MIN_FIRST_RUNG_EPOCHS):
+  if settings.min_steps is None and epochs is None:
+    return none, (f'early stopping (auto): none (a first rung would train {at}; the training'
+                  ' data does not say its size, so how many epochs that is is unknown;'
+                  ' --early_stopping asha_promotions forces rungs)')
+  if settings.min_steps is None and epochs < AUTO_MIN_FIRST_RUNG_EPOCHS:
     return none, (f'early stopping (auto): none (a first rung would train {at}, under'
                   f' {AUTO_MIN_FIRST_RUNG_EPOCHS:g} epochs, too short to rank architectures;'
                   ' --early_stopping asha_promotions forces rungs)')

@@ -151,6 +151,9 @@ class _Running:
 class SearchLoop:
   """One search invocation over a job dir."""
 
+  _auto_name: str | None = None  # what --early_stopping auto chose (None: not auto)
+  _auto_note: str | None = None  # and why, said once the job's settings are accepted
+
   def __init__(self, args: SearchArgs, executor: executors.Executor | None = None):
     self.args = args
     self.executor = executor or executors.local_executor(
@@ -189,8 +192,9 @@ class SearchLoop:
       settings, why = scheduler_lib.resolve(args.scheduler, checked["train_steps"],
                                             checked.get("steps_per_epoch"),
                                             multi_objective=bool(args.objectives))
-      if why:
-        stderr.print(why, highlight=False, markup=False)
+      # Said once the job's settings are accepted (_search): a refused command prints one line.
+      self._auto_note = why
+      self._auto_name = settings.name
       self.scheduler = scheduler_lib.make(settings)
       check_budget(settings, checked["train_steps"])
       self.train_steps = checked["train_steps"]
@@ -561,6 +565,8 @@ class SearchLoop:
     from nascli.search import results
     began = journal_lib.check_settings(a.job_dir, a.settings(), a.overwrite,
                                        journal=self.journal, mutable_keys=MUTABLE)
+    if self._auto_note:
+      stderr.print(self._auto_note, highlight=False, markup=False)
     changed = mutable_changes(began.settings or {}, a.settings())
     if changed:
       stderr.print(f"note: {'; '.join(changed)}: applied to the trials still to run and to the"
@@ -572,6 +578,8 @@ class SearchLoop:
         **a.algorithm_options)
     self._decide_owed(ctl)  # rung reports a killed driver made no decision on
     state = self.state  # kept by _append from here on: one object, never replayed again
+    if self._auto_name and state.early_stopping is None:  # readers need not re-derive it
+      self._append({"event": "early_stopping", "name": self._auto_name, "why": self._auto_note})
     self._fail_spent()
     queue = state.unfinished()  # Interrupted trials run again first, same architecture.
     if queue:
