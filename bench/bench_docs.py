@@ -30,7 +30,7 @@ import host  # noqa: E402  pylint: disable=g-import-not-at-top,wrong-import-posi
 # name -> (the first line of the README block, the README's promise, the promise in seconds)
 BLOCKS = {
     "main_job": ("bash scripts/setup.sh && .venv/bin/nascli convert-data digits_clutter",
-                 "about 10 minutes on a 2-core CPU", 10 * 60),
+                 "about 6 minutes on a 2-core CPU", 6 * 60),
     "quick_start_1": ("nascli convert-data digits --output_dir data/digits      # 1,438",
                       "about 3 minutes on a busy 2-core CPU", 3 * 60),
 }
