@@ -81,6 +81,8 @@ def _register_commands() -> None:
   # pylint: disable=g-import-not-at-top
   from nascli.commands import build, convert_data, eval as eval_command, export, list_trials
   from nascli.commands import measure_proxy_task_variance, search, search_in_local
+  from nascli.commands import search_resume
+  from nascli.commands import run_latency_calculator_local
   from nascli.commands import search_proxy_task, select_proxy_task_models, train
   add_command(convert_data.convert_data, "convert-data", _DATA_AND_MODELS)
   add_command(train.train, "train", _DATA_AND_MODELS)
@@ -88,7 +90,10 @@ def _register_commands() -> None:
   add_command(export.export, "export", _DATA_AND_MODELS)
   add_command(search_in_local.search_in_local, "search_in_local", _SEARCH)
   add_command(search.search, "search", _SEARCH)
+  add_command(search_resume.search_resume, "search_resume", _SEARCH)
   add_command(list_trials.list_trials, "list_trials", _SEARCH)
+  add_command(run_latency_calculator_local.run_latency_calculator_local,
+              "run_latency_calculator_local", _SEARCH)
   add_command(select_proxy_task_models.select_proxy_task_models, "select_proxy_task_models",
               _SEARCH)
   add_command(search_proxy_task.search_proxy_task, "search_proxy_task", _SEARCH)

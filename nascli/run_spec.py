@@ -98,6 +98,11 @@ class TrialSettings:
   latency_constraint: str = "soft"
   latency_weight: float = 0.07
   latency_runs: int = 20  # timed runs of the trained model's serving function (median)
+  # Who measures the latency: the trial itself (in_trial), or `nascli
+  # run_latency_calculator_local` beside the search (external: the trial asks and waits up to
+  # latency_timeout_s seconds; nascli/latency_calculator.py).
+  latency_calculator: str = "in_trial"
+  latency_timeout_s: float = 600.0
   export_every_trial: bool = False  # each trial exports its SavedModel as it ends
   # Evaluations spread over training besides the final one (TrainArgs.curve_points): the
   # validation curves the proxy-task commands correlate; None: the final one only.

@@ -14,10 +14,12 @@ from nascli.app import app
 from nascli.commands import examples, fastnn_options
 
 COMMANDS = ("convert-data", "train", "eval", "export", "search_in_local", "search",
-            "list_trials", "select_proxy_task_models", "search_proxy_task",
+            "search_resume", "list_trials", "run_latency_calculator_local",
+            "select_proxy_task_models", "search_proxy_task",
             "measure_proxy_task_variance", "build")
-HIDDEN_ALIASES = ("convert_data", "search-in-local", "list-trials", "select-proxy-task-models",
-                  "search-proxy-task", "measure-proxy-task-variance")
+HIDDEN_ALIASES = ("convert_data", "search-in-local", "search-resume", "list-trials", "select-proxy-task-models",
+                  "search-proxy-task", "measure-proxy-task-variance",
+                  "run-latency-calculator-local")
 
 
 def _root():
@@ -256,7 +258,8 @@ def test_every_boolean_flag_takes_vertexs_values():
   type them, and the bare flag, for every boolean of every command."""
   required = {"build": ["--project_id", "p", "--region", "r"], "export": ["--model_dir", "m"],
               "convert-data": ["digits"], "list_trials": ["job"],
-              "search_proxy_task": ["--proxy_task_model_selection_dir", "m"]}
+              "search_proxy_task": ["--proxy_task_model_selection_dir", "m"],
+              "search_resume": ["--previous_job_dir", "p", "--max_nas_trial", "2"]}
   spellings = [([], True)] + [([f"={w}"], True) for w in ("true", "True", "1")] + [
       ([f"={w}"], False) for w in ("false", "False", "0")] + [
           ([" ", "true"], True), ([" ", "False"], False), ([" ", "0"], False)]

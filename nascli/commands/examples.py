@@ -59,6 +59,9 @@ EXAMPLES: dict[str, tuple[tuple[str, str], ...]] = {
         ("Eight trials, two at a time, under a 2 ms latency target:",
          "nascli search_in_local --prebuilt_search_space=mnasnet --max_nas_trial 8"
          " --max_parallel_nas_trial 2 --target_device_latency_ms 2"),
+        ("A new search on other data, its controller seeded with an old job's results:",
+         "nascli search_in_local --dataset_dir data/digits --warm_start_from"
+         " nascli_output/search_mnasnet --local_output_dir runs/warm"),
     ),
     "search": (
         ("The same search on a private Ray instance of this machine:",
@@ -66,6 +69,14 @@ EXAMPLES: dict[str, tuple[tuple[str, str], ...]] = {
         ("On a running Ray cluster, one GPU per trial, the job dir on shared storage:",
          "nascli search --ray_address auto --num_gpus_per_trial 1 --local_output_dir"
          " /shared/runs/search"),
+    ),
+    "search_resume": (
+        ("Continue a finished 4-trial search to 8 trials, in a new job beside it:",
+         "nascli search_resume --previous_job_dir nascli_output/search_mnasnet"
+         " --max_nas_trial 8"),
+        ("The same into a folder of your choice, two trials at a time:",
+         "nascli search_resume --previous_job_dir runs/search --max_nas_trial 8"
+         " --local_output_dir runs/search_more --max_parallel_nas_trial 2"),
     ),
     "select_proxy_task_models": (
         ("Reference models for proxy-task design: 30 random architectures trained with the"
@@ -100,6 +111,17 @@ EXAMPLES: dict[str, tuple[tuple[str, str], ...]] = {
         ("The three best completed trials, as JSON:",
          "nascli list_trials nascli_output/search_mnasnet --max_trials 3 --status completed"
          " --json"),
+    ),
+    "run_latency_calculator_local": (
+        ("Beside a search with --latency_calculator external: time its trials as TFLite"
+         " models on this machine, until the search ends:",
+         "nascli run_latency_calculator_local --local_output_dir runs/search"
+         " --target_device_type cpu-tflite"),
+        ("Two calculators share the work (the second runs --latency_worker_id 1):",
+         "nascli run_latency_calculator_local --local_output_dir runs/search"
+         " --num_latency_workers 2 --latency_worker_id 0"),
+        ("Measure what waits now, then exit:",
+         "nascli run_latency_calculator_local --local_output_dir runs/search --once"),
     ),
     "build": (
         ("Print the docker commands that build and push the trainer image:",

@@ -27,6 +27,8 @@ def search(
     target_device_latency_ms: f.TargetLatency = None,
     latency_constraint: f.Constraint = "soft",
     latency_weight: f.LatencyWeight = 0.07,
+    latency_calculator: f.LatencyCalculator = "in_trial",
+    latency_timeout_s: f.LatencyTimeout = 600.0,
     local_output_dir: f.OutputDir = None,
     search_docker_flags: f.DockerFlags = None,
     use_prebuilt_trainer: f.PrebuiltTrainer = True,
@@ -49,6 +51,7 @@ def search(
     min_steps: f.MinSteps = None,
     reduction_factor: f.ReductionFactor = None,
     paused_trials_per_worker: f.PausedTrialsPerWorker = 1,
+    warm_start_from: f.WarmStartFrom = None,
     as_json: f.AsJson = False,
 ) -> None:
   """Search architectures with trials on a Ray cluster (a warm worker per slot in a Ray actor,

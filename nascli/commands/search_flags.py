@@ -19,6 +19,7 @@ import typer
 
 from nascli import checks
 from nascli import interrupts
+from nascli import latency_calculator as latency_lib
 from nascli import storage
 from nascli.commands.options import flag
 from nascli.errors import NascliError
@@ -97,6 +98,10 @@ Tournament = Annotated[Optional[int], typer.Option(
 Overwrite = Annotated[bool, typer.Option(
     *flag("overwrite"), help="Start over in a job dir made with other settings.")]
 AsJson = Annotated[bool, typer.Option(*flag("json"), help="Print the trials as JSON.")]
+WarmStartFrom = Annotated[Optional[str], typer.Option(
+    *flag("warm_start_from"), help="A finished or stopped search job dir of the same search"
+    " space: its architectures and rewards seed this search's controller (not counted as"
+    " trials; other data, settings and trial counts allowed).")]
 TRIAL_ISOLATIONS = ("worker", "process")  # nascli.search.executors' registry, spelled out
 TrialIsolation = Annotated[str, typer.Option(
     *flag("trial_isolation"), help="worker: warm worker processes run trial after trial"
@@ -147,6 +152,13 @@ PausedTrialsPerWorker = Annotated[int, typer.Option(
 ReductionFactor = Annotated[Optional[int], typer.Option(
     *flag("reduction_factor"), help="With --early_stopping: each rung this many times the last;"
     " asha and asha_promotions keep the top 1/this of each rung (default 3).")]
+LatencyCalculator = Annotated[str, typer.Option(
+    *flag("latency_calculator"), help="Who measures a trial's latency: in_trial (the trial"
+    " times its serving function where it trained) or external (`nascli"
+    " run_latency_calculator_local` on the target device: each trial asks it and waits).")]
+LatencyTimeout = Annotated[float, typer.Option(
+    *flag("latency_timeout_s"), help="With --latency_calculator external: seconds a trial"
+    " waits for its latency, then fails naming the calculator.")]
 Objectives = Annotated[Optional[str], typer.Option(
     *flag("objectives"), help="A Pareto front instead of the MnasNet reward: METRIC:max|min,..."
     " of accuracy, latency_ms, flops, params, seconds (e.g. accuracy:max,latency_ms:min).")]
@@ -160,7 +172,8 @@ def search_args(prebuilt_search_space, search_space_module, search_algorithm, se
                 trial_isolation, max_trials_per_worker, export_top_k, export_every_trial,
                 objectives=None, early_stopping="none", min_steps=None, reduction_factor=None,
                 paused_trials_per_worker=1, search_docker_flags=None, trial_timeout=None,
-                **extra):
+                warm_start_from=None, latency_calculator=latency_lib.IN_TRIAL,
+                latency_timeout_s=latency_lib.DEFAULT_TIMEOUT_S, **extra):
   """The SearchArgs the shared flags describe (`extra`: fields only one command has;
   `search_docker_flags` only name the default job dir: local_main applies them)."""
   job_dir = local_output_dir or default_job_dir(dict(locals()))
@@ -179,7 +192,9 @@ def search_args(prebuilt_search_space, search_space_module, search_algorithm, se
                               validation_data_path=validation_data_path, dataset_dir=dataset_dir))
   trial = TrialSettings(run=run, target_device_latency_ms=target_device_latency_ms,
                         latency_constraint=latency_constraint, latency_weight=latency_weight,
-                        export_every_trial=export_every_trial)
+                        export_every_trial=export_every_trial,
+                        latency_calculator=latency_calculator,
+                        latency_timeout_s=latency_timeout_s)
   return SearchArgs(
       job_dir=job_dir,
       search_space=prebuilt_search_space, search_space_module=search_space_module,
@@ -189,7 +204,7 @@ def search_args(prebuilt_search_space, search_space_module, search_algorithm, se
       max_trials_per_worker=max_trials_per_worker, trial_timeout=trial_timeout,
       paused_trials_per_worker=paused_trials_per_worker, export_top_k=export_top_k, trial=trial,
       objectives=pareto_lib.canonical(objectives) if objectives else None, scheduler=scheduler,
-      **extra)
+      warm_start_from=warm_start_from, **extra)
 
 
 # The shared flags the proxy-task commands do not take, at what their trainings need: no reward
@@ -205,7 +220,8 @@ def from_flags(values: dict, **extra):
   """search_args from a command's parameters (its `locals()`): the shared flags are picked out.
   Without --local_output_dir, says on stderr which job dir the settings give."""
   shared = [name for name in inspect.signature(search_args).parameters if name != "extra"]
-  args = search_args(**{name: values[name] for name in shared}, **extra)
+  # A flag a command does not take (the proxy-task commands: --warm_start_from) keeps its default.
+  args = search_args(**{name: values[name] for name in shared if name in values}, **extra)
   if not values["local_output_dir"]:
     print(f"job dir: {args.job_dir} (the default for these settings; --local_output_dir to"
           " choose)", file=sys.stderr, flush=True)
@@ -223,6 +239,7 @@ DEFINING_DEFAULTS: dict[str, Any] = {
     "params_override": None, "training_data_path": None, "validation_data_path": None,
     "dataset_dir": None, "population_size": None, "tournament_size": None, "objectives": None,
     "early_stopping": "auto", "min_steps": None, "reduction_factor": None,
+    "warm_start_from": None, "latency_calculator": latency_lib.IN_TRIAL,
 }
 
 
@@ -232,7 +249,7 @@ def _defining_value(name: str, value: Any) -> Any:
     return None
   if name == "config_file":
     return [p if storage.is_gcs(p) else os.path.abspath(p) for p in value]
-  if name == "dataset_dir" and not storage.is_gcs(value):
+  if name in ("dataset_dir", "warm_start_from") and not storage.is_gcs(value):
     return os.path.abspath(value)
   return list(value) if isinstance(value, (list, tuple)) else value
 
@@ -303,6 +320,9 @@ def _counts(values: dict[str, Any]) -> None:
   _at_least(values, "export_top_k", 0)
 
 
+check_counts = _counts  # search_resume takes the counts (and only them, of these flags)
+
+
 @_check
 def _isolation(values: dict[str, Any]) -> None:
   if values["trial_isolation"] not in TRIAL_ISOLATIONS:
@@ -321,6 +341,16 @@ def _reward(values: dict[str, Any]) -> None:
   if not (math.isfinite(weight) and weight >= 0):
     raise NascliError(f"--latency_weight must be a number >= 0, got {weight}")
   reward_lib.check(constraint, target, weight)
+
+
+@_check
+def _latency_calculator(values: dict[str, Any]) -> None:
+  name = values.get("latency_calculator", latency_lib.IN_TRIAL)
+  if name not in latency_lib.LATENCY_CALCULATORS:
+    raise _unknown("latency_calculator", name, latency_lib.LATENCY_CALCULATORS)
+  timeout = values.get("latency_timeout_s", latency_lib.DEFAULT_TIMEOUT_S)
+  if not (math.isfinite(timeout) and timeout > 0):
+    raise NascliError(f"--latency_timeout_s must be a positive number of seconds, got {timeout}")
 
 
 @_check
@@ -417,6 +447,19 @@ def _sources(values: dict[str, Any]) -> None:
   out = values["local_output_dir"]
   if out and not storage.is_gcs(out) and os.path.exists(out) and not os.path.isdir(out):
     raise NascliError(f"--local_output_dir {out} is a file; the search needs a folder there")
+
+
+@_check
+def _warm_start_from(values: dict[str, Any]) -> None:
+  """--warm_start_from: a readable search job of the same space and objectives, with a
+  completed trial (reads its journal: no pyglove, no TensorFlow)."""
+  if not values.get("warm_start_from"):
+    return
+  from nascli.search import warm_start  # pylint: disable=g-import-not-at-top
+  warm_start.check(values["warm_start_from"], values["prebuilt_search_space"],
+                   values["search_space_module"],
+                   pareto_lib.canonical(values["objectives"]) if values.get("objectives")
+                   else None, values["local_output_dir"])
 
 
 def _docker_model(value: str, values: dict[str, Any], what: str) -> None:

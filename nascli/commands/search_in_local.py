@@ -14,6 +14,8 @@ def search_in_local(
     target_device_latency_ms: f.TargetLatency = None,
     latency_constraint: f.Constraint = "soft",
     latency_weight: f.LatencyWeight = 0.07,
+    latency_calculator: f.LatencyCalculator = "in_trial",
+    latency_timeout_s: f.LatencyTimeout = 600.0,
     local_output_dir: f.OutputDir = None,
     search_docker_flags: f.DockerFlags = None,
     use_prebuilt_trainer: f.PrebuiltTrainer = True,
@@ -36,6 +38,7 @@ def search_in_local(
     min_steps: f.MinSteps = None,
     reduction_factor: f.ReductionFactor = None,
     paused_trials_per_worker: f.PausedTrialsPerWorker = 1,
+    warm_start_from: f.WarmStartFrom = None,
     as_json: f.AsJson = False,
 ) -> None:
   """Search architectures on this machine: trials in parallel (one GPU each when there are

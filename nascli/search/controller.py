@@ -56,6 +56,8 @@ DEFAULT_NSGA2_POPULATION_SIZE = 8
 # A replayed proposal may be preceded by duplicates that the first run skipped; this only
 # bounds a replay that can never match (the code changed), so it is far above `max_attempts`.
 _REPLAY_MAX_ATTEMPTS = 10_000
+# The journal event of a warm start (nascli/search/warm_start.py, which reads no pyglove).
+WARM_START = 'warm_start'
 
 _ALGORITHMS: dict[str, Callable[..., pg.DNAGenerator]] = {}
 # name -> (fewest, most) objectives it optimizes; most None: any number.
@@ -532,6 +534,39 @@ class Controller:
       del self._outstanding[key]
     self._rewards[key] = value
 
+  def warm_start(self, history: Iterable[tuple[Iterable[int | float], Any]]) -> None:
+    """Seeds the algorithm with (dna, reward) pairs of another job (`--warm_start_from`),
+    before its first proposal: each is fed back as pyglove's `DNAGenerator.feedback` takes a
+    completed trial, in order (TPE: a completed trial of its study; REINFORCE: a policy step;
+    evolution and NSGA-II: a member of the population; random: nothing). The pairs are known
+    architectures: `propose_new` skips them as it skips its own duplicates. Not `recover`:
+    pyglove's recover replays the pairs as the algorithm's own proposals (random search would
+    advance its random stream by them).
+
+    Raises:
+      ValueError: called after a proposal.
+      NascliError: a DNA that does not fit the space, or a reward of the wrong shape.
+    """
+    if self._algorithm.num_proposals or self._proposed:
+      raise ValueError('warm_start comes before the first proposal')
+    for i, (numbers, reward) in enumerate(history):
+      key = dna_key(numbers)
+      try:
+        dna = pg.DNA.from_numbers(list(key), self.dna_spec)
+      except (ValueError, TypeError, IndexError) as e:
+        raise NascliError(f'warm start: architecture {list(key)} does not fit the search '
+                          f'space ({" ".join(str(e).split())[:200]}); was the old job a search '
+                          f'of another space?') from None
+      value = self._reward(key, reward)
+      # Evolution's bookkeeping (pyglove.ext.evolution.base), which its feedback reads: a
+      # member of the first generation's population, proposed before this search's own.
+      dna.set_metadata('proposal_id', -(i + 1))
+      dna.set_metadata('generation_id', 1)
+      dna.set_metadata('initial_population', True)
+      self._algorithm.feedback(dna, value)
+      self._proposed.add(key)
+      self._rewards[key] = value
+
   def _reward(self, key: Dna, reward: Any) -> Reward:
     """The reward as the algorithm takes it: a float, or a tuple of `num_objectives` floats."""
     values = list(reward) if isinstance(reward, (list, tuple)) else [reward]
@@ -557,7 +592,8 @@ class Controller:
     number, or a list of `num_objectives` numbers), except for a trial that got its feedback
     from a `rung` event marked `feedback` (--early_stopping asha_promotions feeds every trial's
     first-rung reward as it reports, so the rewards the algorithm compares were measured at the
-    same budget). `failed` events get no feedback, as in the first run.
+    same budget). `failed` events get no feedback, as in the first run. A `warm_start` event
+    (`--warm_start_from`, journaled before the first proposal) seeds it first (`warm_start`).
 
     Raises:
       ReplayMismatchError: a replayed proposal differs from the journaled one: the search
@@ -577,6 +613,8 @@ class Controller:
         fed.add(event['trial_id'])
       elif kind in ('completed', 'stopped') and event['trial_id'] not in fed:
         ctl.feedback(trial_dna[event['trial_id']], event['reward'])  # stopped: its last rung's
+      elif kind == WARM_START:  # --warm_start_from: before any proposal
+        ctl.warm_start((p['dna'], p['reward']) for p in event.get('history') or [])
     return ctl
 
   def _replay_proposal(self, trial_id: str, expected: Dna) -> Dna:

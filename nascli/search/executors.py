@@ -35,6 +35,7 @@ class Outcome:
   error: str | None = None  # the attempt could not run (the trial is failed with this reason)
   lost: str | None = None  # the worker or node died under it (the trial is retried)
   published: bool = False  # the attempt uploaded its own trial folder to the job dir
+  node: dict[str, str] | None = None  # where it ran on a Ray cluster: node_id, host, ip
 
 
 def _warn(line: str) -> None:

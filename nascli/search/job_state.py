@@ -37,6 +37,14 @@ With early stopping (nascli/search/scheduler.py), a trial trains in rungs, one a
   The last rung ends as `completed` (its metrics with rung, step, resumed_from).
   early_stopping {name, why}: what `--early_stopping auto` (recorded as `auto` in the
                  settings) decided for this job, journaled once, before its first trial
+On a Ray cluster (`nascli search`) the events that end an attempt (completed, failed, lost,
+rung; a `failed` event's `lost`) carry `node` {node_id, host, ip}: where it ran, when known.
+Informational here (the controller reads the first, nascli/search/warm_start.py and resume.py
+write them):
+  warm_start     {job_dir, history: [{trial_id, dna, reward}], fingerprint}: --warm_start_from's
+                 pairs, journaled once before the first proposal; not trials of this job
+  resumed_from   {previous_job_dir, previous_events, previous_trials}: `search_resume` copied
+                 the previous job's events (and trial folders) before this one
 Events of other kinds are kept in the log and ignored by `replay`, so newer writers can add
 informational events without breaking older readers.
 """
@@ -111,6 +119,9 @@ class JobState:
   # The scheduler `--early_stopping auto` chose (its `early_stopping` event); None: not auto,
   # or not decided yet.
   early_stopping: str | None = None
+  # Where each attempt of a trial ran on a Ray cluster, in order: {attempt, node_id, host, ip,
+  # ended (the event that ended it)}; attempts with no `node` (local, or unknown) are absent.
+  nodes: dict[str, list[dict[str, Any]]] = dataclasses.field(default_factory=dict)
   last_seq: int = 0
 
   def trial_ids(self, *statuses: str) -> list[str]:
@@ -181,6 +192,7 @@ class JobState:
       return
     if trial not in self.proposals:
       raise bad(f'names trial {trial}, which was never proposed')
+    self._note_node(event, trial)
     current = self.status[trial]
     if current == COMPLETED:
       raise bad(f'changes trial {trial}, which already completed')
@@ -243,6 +255,15 @@ class JobState:
     if trial in self.completion_order:
       self.completion_order.remove(trial)
     self.completion_order.append(trial)
+
+  def _note_node(self, event: Mapping[str, Any], trial: str) -> None:
+    node = event.get('node')
+    if not isinstance(node, Mapping) and isinstance(event.get('lost'), Mapping):
+      node = event['lost'].get('node')  # the last loss, folded into `failed`
+    if isinstance(node, Mapping):
+      self.nodes.setdefault(trial, []).append(
+          {'attempt': self.attempts.get(trial, 0), 'ended': event.get('event'),
+           **{k: str(node[k]) for k in ('node_id', 'host', 'ip') if k in node}})
 
   def _apply_rung(self, event: Mapping[str, Any], trial: str,
                   bad: Callable[[str], InputError]) -> None:

@@ -48,11 +48,13 @@ from typing import Any
 
 from nascli.errors import NascliError
 from nascli.search import executors
+from nascli.search import ray_connect
 from nascli.search import warm_workers
 
 INSTALL_HINT = "Ray is not installed: pip install 'nascli[ray]' (or: pip install 'ray[default]')"
 _POLL_S = 0.1  # how often an actor looks for its worker's answer
 _CLOSE_S = 20.0  # how long the driver waits for its actors to end their workers
+_HANDOVER_S = 2.0  # how long an actor idles before an attempt that Ray cannot place takes its place
 
 
 def _import_ray():
@@ -68,10 +70,10 @@ def run_trial_attempt(spec_path: str, trial_dir: str, cwd: str,
                       timeout_s: float | None = None) -> executors.Outcome:
   """The Ray task: runs the trial process to its end on this node; returns how it ended."""
   if shipped is not None:
-    return _run_shipped(shipped, cwd, timeout_s)
+    return _placed(_run_shipped(shipped, cwd, timeout_s))
   process = executors.start_trial_process(spec_path, trial_dir,
                                           cwd=cwd if os.path.isdir(cwd) else None)
-  return _wait(process, trial_dir, timeout_s)
+  return _placed(_wait(process, trial_dir, timeout_s))
 
 
 def _wait(process: subprocess.Popen, trial_dir: str,
@@ -173,14 +175,18 @@ class TrialActor:
           shipped: dict[str, Any] | None = None) -> executors.Outcome:
     """One attempt to its end (warm_workers.Attempt says how it ended)."""
     if shipped is None:
-      return self._attempt(spec_path, trial_dir, cwd, os.path.join(
-          os.path.dirname(trial_dir), warm_workers.WORKER_LOGS))
+      return _placed(self._attempt(spec_path, trial_dir, cwd, os.path.join(
+          os.path.dirname(trial_dir), warm_workers.WORKER_LOGS)))
     from nascli.search import workspace  # pylint: disable=g-import-not-at-top
     with tempfile.TemporaryDirectory(prefix="nascli-trial-") as job:
       spec_path, trial_dir = _unship(shipped, job)
       result = self._attempt(spec_path, trial_dir, cwd, None)
       workspace.upload_trial(trial_dir, shipped["publish_to"])
-    return result
+    return _placed(result)
+
+  def where(self) -> dict[str, str] | None:
+    """Its node, asked as an attempt starts: an attempt lost with its node returns nothing."""
+    return where()
 
   def _ready_worker(self, cwd: str, log_dir: str | None) -> warm_workers.Worker:
     worker = self._worker
@@ -242,6 +248,23 @@ def _node() -> str:
     return "its node"
 
 
+def where() -> dict[str, str] | None:
+  """The Ray node this process runs on, for the journal: several nodes may share a host (and
+  an IP), so the node id is what tells them apart."""
+  try:
+    import ray  # pylint: disable=g-import-not-at-top
+    if not ray.is_initialized():  # not in a Ray worker (asking would start a Ray instance)
+      return None
+    return {"node_id": ray.get_runtime_context().get_node_id(), "host": socket.gethostname(),
+            "ip": ray.util.get_node_ip_address()}
+  except Exception:  # pylint: disable=broad-except
+    return None
+
+
+def _placed(outcome: executors.Outcome) -> executors.Outcome:
+  return dataclasses.replace(outcome, node=where())
+
+
 def _lost(error: Exception) -> str:
   return " ".join(f"{type(error).__name__}: {error}".split())[:500]
 
@@ -259,24 +282,10 @@ class _Attempt:
   trial_dir: str | None = None  # where the driver sees the trial's files (None: shipped)
   slot: Any = None  # the actor's slot (--trial_isolation worker)
   actor: Any = None
+  where: Any = None  # the ObjectRef of the actor's `where` (its node, for a lost attempt)
 
 
 _RAY_EXECUTORS: dict[str, type["RayExecutor"]] = {}
-
-
-def _check_answers(address: str) -> None:
-  """A HOST:PORT where nothing listens is refused in one line within seconds: ray.init would
-  try for a minute and print its own C++ log lines. (`auto` and ray:// are Ray's to resolve.)"""
-  host, sep, port = address.rpartition(":")
-  if not sep or not port.isdigit() or "://" in address:
-    return
-  try:
-    socket.create_connection((host.strip("[]"), int(port)), timeout=5).close()
-  except OSError as e:
-    raise NascliError(
-        f"--ray_address {address}: cannot connect to Ray: nothing answers there"
-        f" ({e.strerror or e}); start a cluster with `ray start --head` (it prints the address"
-        f" to give), or use --ray_address local for a private instance") from None
 
 
 def register_ray_executor(isolation: str):
@@ -304,6 +313,8 @@ class RayExecutor(executors.Executor):
                num_gpus_per_trial: float = 0.0, runtime_env: dict[str, Any] | None = None,
                local_num_cpus: int | None = None, local_temp_dir: str | None = None,
                trial_timeout: float | None = None):
+    if address != "local":
+      ray_connect.use_token_if_any()
     ray = _import_ray()
     self._ray = ray
     self.trial_timeout = trial_timeout  # --trial_timeout, kept where each attempt runs
@@ -318,7 +329,8 @@ class RayExecutor(executors.Executor):
       if local_temp_dir:
         init["_temp_dir"] = os.path.abspath(local_temp_dir)
     else:
-      _check_answers(address)
+      ray_connect.check_answers(address)
+      ray_connect.probe(address)
       init["address"] = address
     # ray.init makes SIGTERM a plain sys.exit: nascli's handler (an Interrupted that stops the
     # trials and says how to resume, nascli.interrupts) is put back.
@@ -333,13 +345,17 @@ class RayExecutor(executors.Executor):
     finally:
       if sigterm is not None and signal.getsignal(signal.SIGTERM) is not sigterm:
         signal.signal(signal.SIGTERM, sigterm)
-    resources = ray.cluster_resources()
-    if resources.get("CPU", 0) < num_cpus_per_trial or (
-        resources.get("GPU", 0) < num_gpus_per_trial):
+    # A trial runs on one node: a cluster whose nodes are each too small would queue it forever.
+    nodes = [n.get("Resources", {}) for n in ray.nodes() if n.get("Alive")]
+    if not any(r.get("CPU", 0) >= num_cpus_per_trial and r.get("GPU", 0) >= num_gpus_per_trial
+               for r in nodes):
       ray.shutdown()
-      raise NascliError(f"the Ray cluster at {address} has {resources.get('CPU', 0):g} CPUs and"
-                        f" {resources.get('GPU', 0):g} GPUs: a trial asks for"
-                        f" {num_cpus_per_trial:g} CPUs and {num_gpus_per_trial:g} GPUs")
+      largest = max(nodes, key=lambda r: (r.get("GPU", 0), r.get("CPU", 0)), default={})
+      raise NascliError(
+          f"no node of the Ray cluster at {address} has what a trial asks for"
+          f" ({num_cpus_per_trial:g} CPUs and {num_gpus_per_trial:g} GPUs, --num_cpus_per_trial"
+          f" and --num_gpus_per_trial): its {len(nodes)} node(s) have at most"
+          f" {largest.get('CPU', 0):g} CPUs and {largest.get('GPU', 0):g} GPUs each")
     self._resources = {"num_cpus": num_cpus_per_trial, "num_gpus": num_gpus_per_trial}
 
   def close(self) -> None:
@@ -411,6 +427,7 @@ class RayActorExecutor(RayExecutor):
     self._actors: dict[int, Any] = {}  # slot -> its actor
     self._up: dict[int, Any] = {}  # slot -> a ref that is ready once its actor runs
     self._created = 0
+    self._idle_since: dict[int, float] = {}  # slot -> when its actor's last attempt ended
 
   def slots(self, max_parallel: int) -> list[Any]:
     # An actor per slot; those the cluster cannot hold at once wait in Ray's queue.
@@ -446,10 +463,46 @@ class RayActorExecutor(RayExecutor):
     actor = self._actor(slot)
     ref = actor.run.remote(os.path.abspath(spec_path), os.path.abspath(trial_dir), os.getcwd(),
                            shipped)
+    self._idle_since.pop(slot, None)
     return _Attempt(ref, shipped is not None, None if shipped else os.path.abspath(trial_dir),
-                    slot, actor)
+                    slot, actor, actor.where.remote())
+
+  def _node_of(self, handle: _Attempt) -> dict[str, str] | None:
+    """Where a lost attempt ran, if its actor said so before it died."""
+    try:
+      if handle.where is not None and self._ray.wait([handle.where], timeout=0)[0]:
+        return self._ray.get(handle.where)
+    except self._ray.exceptions.RayError:
+      pass
+    return None
+
+  def _hand_over(self) -> None:
+    """An attempt whose actor Ray cannot place (a node was lost, so the cluster now holds fewer
+    slots than the search runs) gets the resources of an actor idle for _HANDOVER_S: that actor
+    ends (its warm worker with it) and its slot makes a new one when it has work again. Without
+    this the idle actor would hold them for the rest of the search, and the attempt would wait
+    for ever."""
+    now = time.monotonic()
+    for slot, since in list(self._idle_since.items()):
+      if now - since >= _HANDOVER_S and slot in self._actors:
+        actor = self._actors.pop(slot)
+        self._up.pop(slot, None)
+        del self._idle_since[slot]
+        try:
+          self._ray.kill(actor, no_restart=True)
+        except Exception:  # pylint: disable=broad-except
+          pass
+        return
 
   def poll(self, handle: _Attempt) -> executors.Outcome | None:
+    outcome = self._poll(handle)
+    if outcome is not None:
+      self._idle_since[handle.slot] = time.monotonic()
+    elif self._idle_since and not self._running(handle.slot):
+      self._hand_over()
+    return outcome
+
+  def _poll(self, handle: _Attempt) -> executors.Outcome | None:
     ray = self._ray
     ready, _ = ray.wait([handle.ref], timeout=0)
     if not ready:
@@ -458,12 +511,12 @@ class RayActorExecutor(RayExecutor):
       result = ray.get(handle.ref)
     except ray.exceptions.RayActorError as e:  # its process or node died: the attempt is lost
       self._retire(handle)
-      return executors.Outcome(lost=_lost(e))
+      return executors.Outcome(lost=_lost(e), node=self._node_of(handle))
     except ray.exceptions.RayTaskError as e:
-      return executors.Outcome(error=_failed(e))
+      return executors.Outcome(error=_failed(e), node=self._node_of(handle))
     except ray.exceptions.RayError as e:  # object lost
       self._retire(handle)
-      return executors.Outcome(lost=_lost(e))
+      return executors.Outcome(lost=_lost(e), node=self._node_of(handle))
     return dataclasses.replace(result, published=handle.published)
 
   def interrupt(self, handles: list[_Attempt], signum: int) -> None:

@@ -63,6 +63,12 @@ PARETO_COLUMNS = ('pareto', 'hypervolume')
 # A search with early stopping (--early_stopping) adds, after `status`: `step`, the training
 # step its metrics were measured at (a stopped trial's last rung; train_steps when completed).
 EARLY_STOPPING_COLUMNS = ('step',)
+# A search on a Ray cluster adds, last: `nodes`, where each attempt of the trial ran, in order
+# ({attempt, ended, node_id, host, ip}; JobState.nodes).
+NODE_COLUMNS = ('nodes',)
+# Trials that name where their latency was measured (journaled since issue 27) add
+# `latency_device`: {host, device, target_device_type, source: trial | calculator}.
+LATENCY_DEVICE_COLUMN = 'latency_device'
 # Trials with a reward and metrics: completed, or stopped early with its last rung's.
 RESULT_STATUSES = (COMPLETED, STOPPED)
 PARETO_JSON = 'pareto.json'
@@ -127,6 +133,12 @@ def trial_rows(job_dir: str | os.PathLike[str], state: JobState) -> list[dict[st
   objectives = objectives_of(state)
   if objectives:
     rows = _with_front(rows, pareto_lib.front_of(rows, objectives, state.completion_order))
+  if state.nodes:
+    rows = [{**row, 'nodes': list(state.nodes.get(row['trial_id'], []))} for row in rows]
+  devices = {t: m['latency_device'] for t, m in state.metrics.items()
+             if isinstance(m.get('latency_device'), dict)}
+  if devices:  # where each latency was measured (nascli/latency_calculator.py: device_of)
+    rows = [{**row, LATENCY_DEVICE_COLUMN: devices.get(row['trial_id'])} for row in rows]
   return rows
 
 
@@ -251,7 +263,7 @@ def _atomic_write(path: str, data: bytes, content_type: str) -> None:
 def _csv_cell(value: Any) -> Any:
   if value is None:
     return ''
-  if isinstance(value, dict):
+  if isinstance(value, (dict, list)):
     return json.dumps(value, separators=(',', ':'))
   return value
 

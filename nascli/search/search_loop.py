@@ -66,7 +66,8 @@ stderr = console.stderr()
 # Settings that may change when a search is resumed (they do not change what a trial is).
 MUTABLE = ("max_nas_trial", "max_parallel_nas_trial", "max_failed_nas_trial",
            "max_trial_retries", "trial_isolation", "max_trials_per_worker", "export_top_k",
-           "trial.export_every_trial", "trial_timeout", "paused_trials_per_worker")
+           "trial.export_every_trial", "trial_timeout", "paused_trials_per_worker",
+           "trial.latency_timeout_s")
 # Off a terminal, the pace of the progress line on stderr (seconds); the env var overrides it.
 
 
@@ -97,6 +98,9 @@ class SearchArgs:
   scheduler: scheduler_lib.SchedulerSettings = dataclasses.field(
       default_factory=scheduler_lib.SchedulerSettings)
   trial: TrialSettings = dataclasses.field(default_factory=TrialSettings)
+  # --warm_start_from: the job whose (architecture, reward) pairs seed the controller
+  # (nascli/search/warm_start.py), journaled as a `warm_start` event before the first proposal.
+  warm_start_from: str | None = None
 
   @property
   def seed(self) -> int:
@@ -114,10 +118,17 @@ class SearchArgs:
       del data["scheduler"]
     if self.objectives is None:
       del data["objectives"]
+    if self.warm_start_from is None:
+      del data["warm_start_from"]
+    elif not storage.is_gcs(self.warm_start_from):
+      data["warm_start_from"] = os.path.abspath(self.warm_start_from)
     if not self.scheduler.early_stopping or self.paused_trials_per_worker == 1:
       del data["paused_trials_per_worker"]
     if self.trial.validation_curve_points is None:
       del data["trial"]["validation_curve_points"]
+    if self.trial.latency_calculator == TrialSettings.latency_calculator:
+      del data["trial"]["latency_calculator"]
+      del data["trial"]["latency_timeout_s"]
     if self.trial.run.proxy is None:
       del data["trial"]["run"]["proxy"]
     return data
@@ -146,6 +157,7 @@ class _Running:
   slot: Any
   started: float  # time.monotonic() when the attempt's process was started
   journaled: bool = False  # its `started` event is in the journal
+  node: dict[str, str] | None = None  # the Ray node it ran on, once it ended (Outcome.node)
 
 
 class SearchLoop:
@@ -237,7 +249,8 @@ class SearchLoop:
         job_dir=os.path.abspath(self.work_dir), trial_id=proposal.trial_id,
         search_space=self.args.search_space, nas_params=proposal.nas_params,
         trial=trial, spawned_at=time.time(),
-        search_space_module=self.args.search_space_module, rung=rung)
+        search_space_module=self.args.search_space_module, rung=rung,
+        latency_dir=self.workspace.remote_trial_dir(proposal.trial_id))
 
   def _rung_spec(self, state: journal_lib.JobState, trial_id: str) -> trial_lib.RungSpec | None:
     """The rung the trial's next attempt trains to, with what its first rung measured."""
@@ -247,6 +260,8 @@ class SearchLoop:
     first = reported[0]["metrics"] if reported else {}
     measured = {k: first.get(k) for k in _CARRIED}
     settings = self.scheduler.settings
+    if all(v is not None for v in measured.values()) and first.get("latency_device"):
+      measured["latency_device"] = first["latency_device"]  # named where it was measured
     return trial_lib.RungSpec(
         rung=len(reported), min_steps=settings.min_steps,
         reduction_factor=settings.reduction_factor,
@@ -278,12 +293,14 @@ class SearchLoop:
               state: journal_lib.JobState) -> bool:
     """Journals how the attempt ended; True when the trial must run again (attempt lost, or
     promoted to its next rung)."""
+    run.node = outcome.node
+    where = {"node": outcome.node} if outcome.node else {}
     if outcome.lost is not None:
       attempt = {"attempt": state.attempts.get(run.trial_id, 1), "reason": outcome.lost[:500],
-                 **_checkpointed(os.path.join(self.work_dir, run.trial_id))}
+                 **_checkpointed(os.path.join(self.work_dir, run.trial_id)), **where}
       lost = state.losses.get(run.trial_id, 0) + 1
       if lost <= self.args.max_trial_retries:
-        self._append({"event": "lost", "trial_id": run.trial_id, **attempt})
+        self._append({"event": "lost", "trial_id": run.trial_id, **attempt})  # with its node
         stderr.print(f"trial {run.trial_id}: attempt lost ({outcome.lost[:200]}); retrying")
         return True
       # The last loss and the failure are one event: a kill cannot come in between.
@@ -308,6 +325,8 @@ class SearchLoop:
       with open(analysis_path, encoding="utf-8") as f:
         analysis = json.load(f)
       metrics = {k: analysis.get(k) for k in journal_lib.MEASURED}
+      if analysis.get("latency_device"):  # where the latency was measured (list_trials shows it)
+        metrics["latency_device"] = analysis["latency_device"]
       # The attempt's wall time, process start to end (`seconds` is its training only), and
       # what its accuracy is (top-1 accuracy, COCO AP, ...).
       metrics["wall_s"] = round(time.monotonic() - run.started, 3)
@@ -320,12 +339,13 @@ class SearchLoop:
           self._record(run.trial_id, {
               "event": "failed", "trial_id": run.trial_id, "status": journal_lib.FAILED,
               "reason": "--objectives: the trial measured no"
-                        f" {', '.join(pareto_lib.missing_metrics(self.objectives, metrics))}"},
+                        f" {', '.join(pareto_lib.missing_metrics(self.objectives, metrics))}",
+              **where},
                        published=outcome.published)
           return False
         reward = list(values)
       self._record(run.trial_id, {"event": "completed", "trial_id": run.trial_id,
-                                  "reward": reward, "metrics": metrics},
+                                  "reward": reward, "metrics": metrics, **where},
                    published=outcome.published)
       if run.trial_id not in self._fed:  # asha_promotions fed its first rung's reward
         ctl.feedback(state.proposals[run.trial_id].dna,
@@ -337,7 +357,8 @@ class SearchLoop:
       reason = (status.get("reason") or outcome.error
                 or f"trial process exited with code {outcome.returncode}")
       self._record(run.trial_id, {"event": "failed", "trial_id": run.trial_id, "status": kind,
-                                  "reason": reason[:500]}, published=outcome.published)
+                                  "reason": reason[:500], **where},
+                   published=outcome.published)
     return False
 
   def _record(self, trial_id: str, event: dict[str, Any], published: bool = False) -> None:
@@ -390,6 +411,8 @@ class SearchLoop:
                      ctl: controller_lib.Controller) -> bool:
     """Journals an attempt's rung report, then the scheduler's decision; True: promoted."""
     metrics = {k: analysis.get(k) for k in journal_lib.MEASURED}
+    if analysis.get("latency_device"):
+      metrics["latency_device"] = analysis["latency_device"]
     metrics.update(wall_s=round(time.monotonic() - run.started, 3),
                    accuracy_metric=analysis.get("accuracy_metric", self.metric),
                    **self._rung_metrics(analysis))
@@ -399,7 +422,8 @@ class SearchLoop:
     self._append({"event": scheduler_lib.RUNG, "trial_id": run.trial_id,
                   "rung": analysis["rung"], "step": analysis["step"],
                   "reward": analysis["reward"], "metrics": metrics,
-                  **({"feedback": True} if feedback else {})})
+                  **({"feedback": True} if feedback else {}),
+                  **({"node": run.node} if run.node else {})})
     report = self._reports[-1]  # the one just journaled
     if feedback:
       ctl.feedback(self.state.proposals[run.trial_id].dna, report.reward)
@@ -486,6 +510,31 @@ class SearchLoop:
              titled: bool = True) -> Table:
     return _table(self.args, self.space_name, self.metric, state, running, titled)
 
+  def _warm_start(self, events: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """With --warm_start_from: journals the old job's (architecture, reward) pairs as a
+    `warm_start` event before the first proposal, once (a resume replays the one journaled,
+    whatever became of the old job since); returns the journal's events."""
+    from nascli.search import warm_start  # pylint: disable=g-import-not-at-top
+    a = self.args
+    if not a.warm_start_from or any(e.get("event") == warm_start.EVENT for e in events):
+      return events
+    if any(e.get("event") == "proposed" for e in events):  # cannot happen: journaled first
+      raise NascliError(f"{a.job_dir}: --warm_start_from came after the first proposal")
+    pairs = warm_start.check(a.warm_start_from, a.search_space, a.search_space_module,
+                             a.objectives, a.job_dir)
+    # Each pair must fit this space (a module's space may have changed): checked before the
+    # event is journaled, so a refused warm start leaves the job as it was.
+    from nascli.search import controller as controller_lib  # pylint: disable=g-import-not-at-top
+    controller_lib.Controller(self.space, "random", 0, num_objectives=self.num_objectives,
+                              to_nas_params=lambda space, dna: {}).warm_start(
+                                  (p["dna"], p["reward"]) for p in pairs)
+    self.journal.check_writer()
+    self.journal.append(warm_start.event(a.warm_start_from, pairs))
+    stderr.print(f"warm start: {len(pairs)} (architecture, reward) pair(s) of"
+                 f" {a.warm_start_from} seed the {a.search_algorithm} controller",
+                 highlight=False, markup=False)
+    return self.journal.events()
+
   def run(self) -> journal_lib.JobState:
     try:
       return self._run()
@@ -571,7 +620,7 @@ class SearchLoop:
     if changed:
       stderr.print(f"note: {'; '.join(changed)}: applied to the trials still to run and to the"
                    " exports at the end", highlight=False, markup=False)
-    events = self.journal.events()
+    events = self._warm_start(self.journal.events())
     self.workspace.prepare(events)
     ctl = self._ctl = controller_lib.Controller.rebuild(
         self.space, a.search_algorithm, a.seed, events, num_objectives=self.num_objectives,

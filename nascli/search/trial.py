@@ -77,6 +77,9 @@ class TrialSpec:
   # --search_space_module: the trial imports it and decodes nas_params against its space.
   search_space_module: str | None = None
   rung: RungSpec | None = None  # early stopping; None: the whole budget in one attempt
+  # --latency_calculator external: the trial's folder in the job dir, where it asks the
+  # calculator and reads its answer (None: trial_dir; a gs:// job dir's trials run staged).
+  latency_dir: str | None = None
 
   @property
   def trial_dir(self) -> str:
@@ -160,6 +163,7 @@ def _train_and_measure(spec: TrialSpec) -> dict[str, Any]:
   it if asked, times it and counts it, and computes its reward. Returns what the analysis
   reports, with the phases' seconds."""
   # pylint: disable=g-import-not-at-top
+  from nascli import latency_calculator
   from nascli.search import reward
   from tf_vision import job_status
   binding = spec.space().require_binding()
@@ -192,15 +196,33 @@ def _train_and_measure(spec: TrialSpec) -> dict[str, Any]:
     lap("export")
   measured = spec.rung.measured if spec.rung else {}
   if measured:  # a later rung: measured at the first
-    latency_report = {"measured_on": "the model of the trial's first rung"}
+    latency_report = {"measured_on": "the model of the trial's first rung",
+                      "latency_device": measured.get("latency_device")}
     latency_ms, num_params, flops = (measured["latency_ms"], measured["params"],
                                      measured["flops"])
     phases.update(latency=0.0, analysis=0.0)
+  elif settings.latency_calculator == latency_calculator.EXTERNAL:
+    # The calculator times the model from the trial folder (params.yaml, checkpoint) while
+    # this trial counts its FLOPs; then the trial waits for its answer.
+    exchange = spec.latency_dir or spec.trial_dir
+    latency_calculator.request(exchange, spec.trial_id, spec.trial_dir)
+    num_params, flops = model_analysis.model_size(model, list(params.task.model.input_size))
+    lap("analysis")
+    answer = latency_calculator.wait_for_result(
+        exchange, spec.trial_id, settings.latency_timeout_s,
+        job_dir=os.path.dirname(exchange.rstrip("/")), local_trial_dir=spec.trial_dir)
+    latency_ms = answer["latency_ms"]
+    latency_report = {**answer.get("report", {}), "latency_device": answer["latency_device"],
+                      "measured_on": "the latency calculator (run_latency_calculator_local)"}
+    lap("latency")
   else:
     latency_report = latency.measure_model_latency(params, model, batch_sizes=(1,),
                                                    runs=settings.latency_runs)
     latency_ms = latency_report["batch"]["1"]["median_ms"]
     latency_report["measured_on"] = "serving function of the trained model"
+    latency_report["latency_device"] = latency_calculator.device_of(
+        "cpu" if latency_report["device"] == "CPU" else "gpu",
+        None if latency_report["device"] == "CPU" else latency_report["device"], "trial")
     lap("latency")
     num_params, flops = model_analysis.model_size(model, list(params.task.model.input_size))
     lap("analysis")
@@ -234,6 +256,7 @@ def run(spec: TrialSpec, ready: float | None = None) -> dict:
       "accuracy": done["accuracy"],
       "accuracy_metric": done["metric"],
       "latency_ms": done["latency_ms"],
+      "latency_device": done["latency_report"].get("latency_device"),
       "reward": done["reward"],
       "params": done["params"],
       "flops": done["flops"],

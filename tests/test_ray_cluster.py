@@ -1,0 +1,200 @@
+"""`nascli search` on a three-node Ray cluster started with `ray start`, as users start one.
+
+A head (no CPUs) and two worker nodes of one CPU each, token authentication on (Ray 2.60's
+default for `ray start`), nascli given only the token (RAY_AUTH_TOKEN, as Ray documents). One
+search: trials spread over both worker nodes, then one node is SIGKILLed under a trial (the
+attempt is lost and retried on the node that is left), then the driver is SIGKILLed and run
+again (it reattaches and finishes). And the refusals: no token, a wrong token, an address that
+is not Ray's, a trial bigger than any node.
+"""
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from conftest import journal_events
+from conftest import nascli_subprocess
+
+pytest.importorskip("ray")
+
+from ray_cluster import LocalCluster  # pylint: disable=g-import-not-at-top,wrong-import-position
+
+SHORT = "trainer.train_steps=20,trainer.steps_per_loop=10,trainer.checkpoint_interval=10"
+
+
+@pytest.fixture(scope="module")
+def cluster():
+  c = LocalCluster()
+  try:
+    c.start(workers=2, cpus_per_worker=1)
+    yield c
+  finally:
+    c.stop()
+  assert not c.processes(), "teardown left processes of the cluster behind"
+
+
+@pytest.fixture(scope="module")
+def cache(tmp_path_factory):
+  return str(tmp_path_factory.mktemp("nascli_cache"))
+
+
+def _search_args(cluster, job):
+  return ["search", "--ray_address", cluster.address, "--prebuilt_search_space", "mnasnet",
+          "--local_output_dir", str(job), "--seed", "4", "--max_nas_trial", "4",
+          "--max_parallel_nas_trial", "2", "--target_device_latency_ms", "2",
+          "--params_override", SHORT, "--export_top_k", "0", "--json"]
+
+
+def _env(cache, **extra):
+  env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", NASCLI_CACHE_DIR=cache, **extra)
+  for key in ("RAY_AUTH_MODE", "RAY_ADDRESS"):
+    env.pop(key, None)
+  return env
+
+
+def _wait_for(job, predicate, timeout, driver):
+  deadline = time.monotonic() + timeout
+  while time.monotonic() < deadline:
+    events = journal_events(job) if (job / "journal.jsonl").exists() else []
+    found = predicate(events)
+    if found:
+      return found
+    if driver.poll() is not None:
+      raise AssertionError(f"the search ended early: {driver.stderr.read()[-2000:]}")
+    time.sleep(0.5)
+  raise AssertionError(f"timed out; journal: {events[-5:]}")
+
+
+def test_a_search_spreads_over_nodes_survives_a_lost_node_and_a_killed_driver(
+    cluster, cache, tmp_path):
+  job = tmp_path / "job"
+  env = _env(cache, RAY_AUTH_TOKEN=cluster.token)
+  cmd = [sys.executable, "-m", "nascli", *_search_args(cluster, job)]
+  started = time.monotonic()
+  driver = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True)
+  try:
+    # Trials 1 and 2 complete (one on each node, two at a time); then the node running one
+    # of the next two is killed under it.
+    completed = _wait_for(
+        job, lambda ev: [e for e in ev if e["event"] == "completed"][1:] and ev, 300, driver)
+    done = {e["trial_id"] for e in completed if e["event"] == "completed"}
+    victim, trial_id = _busy_node(cluster, job, done, driver)
+    node_id = victim.node_id()
+    time.sleep(3)  # the attempt is under way
+    assert cluster.kill_node(victim)
+    _wait_for(job, lambda ev: [e for e in ev if e["event"] == "lost"], 120, driver)
+    driver.send_signal(signal.SIGKILL)  # the driver dies too; its actors with its Ray job
+    driver.wait(timeout=30)
+    first_run_s = time.monotonic() - started
+    again = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600,
+                           check=False)
+  finally:
+    if driver.poll() is None:
+      driver.kill()
+  assert again.returncode == 0, again.stderr[-3000:]
+  total_s = time.monotonic() - started
+  rows = json.loads(again.stdout)
+  assert sorted(r["trial_id"] for r in rows) == ["1", "2", "3", "4"]
+  assert all(r["status"] == "completed" for r in rows)
+  events = journal_events(job)
+  proposals = [e for e in events if e["event"] == "proposed"]
+  assert len(proposals) == 4 and len({tuple(e["dna"]) for e in proposals}) == 4
+  completed = [e for e in events if e["event"] == "completed"]
+  assert len(completed) == 4  # none repeated
+  lost = [e for e in events if e["event"] == "lost"]
+  assert lost and lost[0]["node"]["node_id"] == node_id and lost[0]["trial_id"] == trial_id
+  # Both worker nodes ran trials; the head (no CPUs) none; what ran after the loss ran on the
+  # node that is left.
+  ran_on = {e["node"]["node_id"] for e in completed}
+  workers = {n.node_id() or "" for n in cluster.nodes[1:]}
+  assert node_id in ran_on and len(ran_on) == 2, ran_on
+  after = [e for e in completed if e["seq"] > lost[0]["seq"]]
+  assert after and all(e["node"]["node_id"] != node_id for e in after)
+  assert ran_on - {node_id} <= workers
+  # list_trials --json: each attempt's node, the lost one with it.
+  listed = nascli_subprocess("list_trials", job, "--json")
+  assert listed.returncode == 0, listed.stderr
+  by_id = {r["trial_id"]: r for r in json.loads(listed.stdout)}
+  lost_trial = by_id[lost[0]["trial_id"]]["nodes"]
+  assert [a["ended"] for a in lost_trial][0] == "lost"
+  assert lost_trial[0]["node_id"] == node_id and lost_trial[-1]["node_id"] != node_id
+  assert all(a["host"] for r in by_id.values() for a in r["nodes"])
+  print(f"cluster search: first run {first_run_s:.0f} s, all {total_s:.0f} s")
+
+
+def _busy_node(cluster, job, done, driver, timeout_s=120):
+  """(a worker node, the trial it runs now): a warm worker under the node's raylet writes to
+  the trial's log, a trial not in `done`."""
+  from ray_cluster import _descendants  # pylint: disable=g-import-not-at-top
+  deadline = time.monotonic() + timeout_s
+  while time.monotonic() < deadline and driver.poll() is None:
+    for node in cluster.nodes[1:]:
+      for pid in _descendants(node.raylet_pids()):
+        try:
+          out = os.readlink(f"/proc/{pid}/fd/1")
+        except OSError:
+          continue
+        trial_id = os.path.basename(os.path.dirname(out))
+        if out.startswith(f"{job}/") and out.endswith("/trial.log") and trial_id not in done:
+          return node, trial_id
+    time.sleep(0.2)
+  raise AssertionError("no worker node ran a new trial")
+
+
+def _refusal(args, env, timeout=60):
+  started = time.monotonic()
+  done = subprocess.run([sys.executable, "-m", "nascli", *args], env=env, capture_output=True,
+                        text=True, timeout=timeout, check=False)
+  return done, time.monotonic() - started
+
+
+def test_no_token_a_wrong_token_and_a_wrong_address_are_one_line_each(cluster, cache,
+                                                                       tmp_path):
+  home = tmp_path / "home"  # no ~/.ray/auth_token there
+  home.mkdir()
+  job = tmp_path / "job"
+  no_token, seconds = _refusal(_search_args(cluster, job), _env(cache, HOME=str(home)))
+  assert no_token.returncode == 1
+  lines = no_token.stderr.strip().splitlines()
+  assert len(lines) == 1, no_token.stderr
+  assert "requires token authentication" in lines[0] and "has no token" in lines[0]
+  assert "ray get-auth-token" in lines[0] and "RAY_AUTH_TOKEN" in lines[0]
+  assert seconds < 20, seconds  # not Ray's 20 s of retries and more
+  wrong, _ = _refusal(_search_args(cluster, job),
+                      _env(cache, HOME=str(home), RAY_AUTH_TOKEN="0" * 32))
+  assert wrong.returncode == 1
+  assert wrong.stderr.strip().splitlines() == [
+      line for line in wrong.stderr.strip().splitlines() if "refused the token from"
+      " RAY_AUTH_TOKEN" in line], wrong.stderr
+  assert not job.exists()  # nothing written for a search that never ran
+  # A port where something listens that is not a Ray GCS: the head's own client server port
+  # would answer; take a plain TCP listener instead.
+  import socket  # pylint: disable=g-import-not-at-top
+  with socket.socket() as listener:
+    listener.bind(("127.0.0.1", 0))
+    listener.listen()
+    address = f"127.0.0.1:{listener.getsockname()[1]}"
+    args = _search_args(cluster, job)
+    args[args.index(cluster.address)] = address
+    other, seconds = _refusal(args, _env(cache, RAY_AUTH_TOKEN=cluster.token))
+  assert other.returncode == 1
+  assert len(other.stderr.strip().splitlines()) == 1, other.stderr
+  assert "no Ray cluster answered" in other.stderr
+
+
+def test_a_trial_bigger_than_every_node_is_one_line(cluster, cache, tmp_path):
+  args = _search_args(cluster, tmp_path / "job") + ["--num_gpus_per_trial", "1"]
+  done, _ = _refusal(args, _env(cache, RAY_AUTH_TOKEN=cluster.token))
+  assert done.returncode == 1
+  lines = done.stderr.strip().splitlines()
+  assert len(lines) == 1, done.stderr
+  assert "no node of the Ray cluster" in lines[0] and "1 GPUs" in lines[0]
+  # The head (0 CPUs) and the worker nodes still alive (a test above may have killed one).
+  assert re.search(r"its [23] node\(s\) have at most 1 CPUs and 0 GPUs each$", lines[0])
