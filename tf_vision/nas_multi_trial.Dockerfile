@@ -18,6 +18,11 @@ ENV PYTHONUNBUFFERED=1 \
 
 WORKDIR /opt/nascli
 
+# `ray up` (deploy/ray/cluster-gpu.yaml) runs the Ray nodes in this image: Ray copies files into
+# the head's container with rsync, and the head's autoscaler reaches new workers over ssh.
+RUN apt-get update && apt-get install -y --no-install-recommends rsync openssh-client \
+    && rm -rf /var/lib/apt/lists/*
+
 # Dependencies first, from pyproject.toml alone, so a code change does not reinstall the
 # TensorFlow stack: install the project with empty packages, then drop it (keeping its deps).
 COPY pyproject.toml README.md ./
