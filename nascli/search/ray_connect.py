@@ -124,10 +124,11 @@ def _probe_main(address: str) -> None:
   """In the child: one JSON line on stdout; Ray's own log lines go to the parent's pipe."""
   from ray import exceptions  # pylint: disable=g-import-not-at-top
   from ray._raylet import GcsClient  # pylint: disable=g-import-not-at-top
+  auth_error = getattr(exceptions, "AuthenticationError", ())  # Rays before token auth: none
   try:
     GcsClient(address=address)
     answer = {"kind": "ok"}
-  except exceptions.AuthenticationError as e:
+  except auth_error as e:
     answer = {"kind": "auth", "message": " ".join(str(e).split())[:300]}
   except Exception as e:  # pylint: disable=broad-except
     answer = {"kind": "error", "message": " ".join(f"{type(e).__name__}: {e}".split())[:300]}
