@@ -142,10 +142,7 @@ class LocalCluster:
     return sorted(set(_descendants(mine + raylets)) - {os.getpid()})
 
   def stop(self) -> None:
-    pids = self.processes()
-    _kill(pids, signal.SIGTERM)
-    deadline = time.monotonic() + 10
-    while time.monotonic() < deadline and any(os.path.exists(f"/proc/{p}") for p in pids):
-      time.sleep(0.2)
-    _kill(self.processes())
+    for _ in range(3):  # SIGKILL, as a lost machine ends them; again for any child they forked
+      _kill(self.processes())
+      time.sleep(0.3)
     shutil.rmtree(self.temp_dir, ignore_errors=True)

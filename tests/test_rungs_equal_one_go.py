@@ -86,6 +86,9 @@ def test_paused_runs_continue_only_the_same_run_at_its_step(tmp_path, limit):
   assert len(runs) == 0
 
 
+# Slow tier: that a trial trained in rungs ends as the one-go trial is checked in the default
+# tier on classification (test_a_trial_promoted_through_every_rung_ends_with_the_one_go_metrics).
+@pytest.mark.slow
 def test_a_detection_trial_trains_in_rungs(tmp_path):
   """The default spinenet search's trials (RetinaNet on the embedded shapes, whose input draws
   random augmentations with stateful ops that a checkpoint cannot hold) checkpoint their input
