@@ -108,6 +108,31 @@ def nascli_subprocess(*args, env=None, **kwargs):
                         text=True, env=full_env, check=False, **kwargs)
 
 
+# Runs nascli.app.main on each argv in one fresh interpreter (the CLI's own imports take a
+# second; TensorFlow's 15-40 s would show as "tensorflow" in sys.modules).
+_RUNNER = r"""
+import contextlib, io, json, sys
+from nascli.app import main
+for args in json.loads(sys.argv[1]):
+  err = io.StringIO()
+  with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
+    code = main(args)
+  print(json.dumps([code, err.getvalue(), "tensorflow" in sys.modules]), flush=True)
+"""
+
+
+def main_in_fresh_interpreter(argvs, env=None, cwd=None, timeout=300):
+  """[(exit code, stderr, whether TensorFlow was imported)] per argv, from one interpreter."""
+  proc = subprocess.run([sys.executable, "-c", _RUNNER, json.dumps([list(map(str, a))
+                                                                   for a in argvs])],
+                        capture_output=True, text=True, check=False, timeout=timeout, cwd=cwd,
+                        env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", **(env or {})))
+  assert proc.returncode == 0, proc.stderr[-2000:]
+  results = [tuple(json.loads(line)) for line in proc.stdout.splitlines()]
+  assert len(results) == len(argvs), proc.stdout
+  return results
+
+
 def retrain_best_trial(job, rows, cache, model_dir, env=None):
   """Stage 2 on a search job: `train` retrains the best of `rows` (the search's result rows),
   warm-started from its search checkpoint, for 10 steps. Returns (its trial id, the process)."""

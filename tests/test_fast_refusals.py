@@ -3,24 +3,13 @@ naming the flag, exit 1 (2 for a usage error), and `tensorflow` still absent fro
 
 import json
 import os
-import subprocess
 import sys
 
 import pytest
 
-from test_nas_params import MNASNET_NAS_PARAMS_STR, SPINENET_NAS_PARAMS_STR
+from conftest import main_in_fresh_interpreter
 
-# Runs every case through nascli.app.main in one fresh interpreter (the CLI's own imports
-# take a second; TensorFlow's 15-40 s would show as "tensorflow" in sys.modules).
-_RUNNER = r"""
-import contextlib, io, json, sys
-from nascli.app import main
-for args in json.loads(sys.argv[1]):
-  err = io.StringIO()
-  with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
-    code = main(args)
-  print(json.dumps([code, err.getvalue(), "tensorflow" in sys.modules]), flush=True)
-"""
+from test_nas_params import MNASNET_NAS_PARAMS_STR, SPINENET_NAS_PARAMS_STR
 
 
 def _cases(tmp):
@@ -118,13 +107,7 @@ def _cases(tmp):
 @pytest.fixture(scope="module")
 def refusals(tmp_path_factory):
   cases = _cases(tmp_path_factory.mktemp("refusals"))
-  proc = subprocess.run(
-      [sys.executable, "-c", _RUNNER, json.dumps([argv for _, argv, _, _ in cases])],
-      capture_output=True, text=True, check=False, timeout=300,
-      env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3"))
-  assert proc.returncode == 0, proc.stderr
-  results = [json.loads(line) for line in proc.stdout.splitlines()]
-  assert len(results) == len(cases), proc.stdout
+  results = main_in_fresh_interpreter([argv for _, argv, _, _ in cases])
   return {name: (code, message, result) for (name, _, code, message), result in
           zip(cases, results)}
 

@@ -14,6 +14,7 @@ import pytest
 
 import tf_probe
 from conftest import journal_events
+from conftest import main_in_fresh_interpreter
 
 TESTING_YAML = "tf_vision/test_files/fast_nas_classification_search_for_testing.yaml"
 TINY = "trainer.train_steps=10,trainer.steps_per_loop=5,trainer.checkpoint_interval=10"
@@ -189,18 +190,6 @@ def test_a_trial_gives_up_naming_the_calculator(tmp_path):
                            r" trial 7: NascliError: no params.yaml"):
     latency_calculator.wait_for_result(str(trial), "7", 5, str(tmp_path))
 
-
-_RUNNER = r"""
-import contextlib, io, json, sys
-from nascli.app import main
-for args in json.loads(sys.argv[1]):
-  err = io.StringIO()
-  with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
-    code = main(args)
-  print(json.dumps([code, err.getvalue(), "tensorflow" in sys.modules]), flush=True)
-"""
-
-
 def test_bad_flags_are_refused_before_tensorflow(tmp_path):
   job = tmp_path / "job"
   job.mkdir()
@@ -225,9 +214,6 @@ def test_bad_flags_are_refused_before_tensorflow(tmp_path):
       (["search_in_local", "--latency_calculator", "external", "--latency_timeout_s", "0"], 1,
        "--latency_timeout_s must be a positive number of seconds, got 0.0"),
   ]
-  proc = subprocess.run([sys.executable, "-c", _RUNNER, json.dumps([c[0] for c in cases])],
-                        capture_output=True, text=True, check=True,
-                        env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3"))
-  for (argv, code, message), line in zip(cases, proc.stdout.splitlines(), strict=True):
-    got_code, err, tf_loaded = json.loads(line)
+  results = main_in_fresh_interpreter([c[0] for c in cases])
+  for (argv, code, message), (got_code, err, tf_loaded) in zip(cases, results, strict=True):
     assert (got_code, err, tf_loaded) == (code, f"Error: {message}\n", False), argv

@@ -4,13 +4,12 @@ with an old job's history): the journal-level properties without training, one r
 import hashlib
 import json
 import os
-import subprocess
-import sys
 
 import pyglove as pg
 import pytest
 
 from conftest import journal_events
+from conftest import main_in_fresh_interpreter
 from conftest import nascli_subprocess
 from nascli.errors import NascliError
 from nascli.search import controller as controller_lib
@@ -214,18 +213,6 @@ def test_the_search_journals_the_warm_start_once_before_its_first_proposal(tmp_p
   assert [t.values[0] for t in study.trials] == [p["reward"] for p in events[1]["history"]]
 
 
-# Every case through nascli.app.main in one fresh interpreter: exit code, stderr, and whether
-# TensorFlow was imported (tests/test_fast_refusals.py's way).
-_RUNNER = r"""
-import contextlib, io, json, sys
-from nascli.app import main
-for args in json.loads(sys.argv[1]):
-  err = io.StringIO()
-  with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
-    code = main(args)
-  print(json.dumps([code, err.getvalue(), "tensorflow" in sys.modules]), flush=True)
-"""
-
 
 def test_bad_input_is_refused_in_one_line_before_tensorflow(tmp_path):
   job = tmp_path / "job"
@@ -259,11 +246,8 @@ def test_bad_input_is_refused_in_one_line_before_tensorflow(tmp_path):
       (["search", "--warm_start_from", str(empty)],
        f"--warm_start_from {empty} is not a nascli search job (no journal.jsonl)"),
   ]
-  proc = subprocess.run([sys.executable, "-c", _RUNNER, json.dumps([c for c, _ in cases])],
-                        capture_output=True, text=True, check=True, cwd=tmp_path,
-                        env=dict(os.environ, NASCLI_CACHE_DIR=str(tmp_path / "cache")))
-  results = [json.loads(line) for line in proc.stdout.splitlines()]
-  assert len(results) == len(cases), proc.stderr[-2000:]
+  results = main_in_fresh_interpreter([c for c, _ in cases], cwd=tmp_path,
+                                      env={"NASCLI_CACHE_DIR": str(tmp_path / "cache")})
   for (args, message), (code, stderr, tf_loaded) in zip(cases, results):
     assert (code, stderr, tf_loaded) == (1, f"Error: {message}\n", False), args
   assert not (tmp_path / "job-resumed").exists() and not (other / "1").exists()
