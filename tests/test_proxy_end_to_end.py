@@ -164,6 +164,10 @@ def test_measure_proxy_task_variance_trains_one_model_with_seeds_and_compares(se
   assert again.returncode == 0 and json.loads(again.stdout) == result
 
 
+# Slow tier (177 s): the proxy commands run their trainings through the search engine, whose Ray
+# executor the default tier checks with `nascli search` (tests/test_search_ray.py,
+# tests/test_ray_cluster.py); the proxy search itself, killed and resumed, stays in the default tier.
+@pytest.mark.slow
 def test_search_proxy_task_on_ray_trains_the_same_models_to_the_same_scores(selection,
                                                                           tmp_path):
   """The reference recipe as the one candidate, on a private Ray instance, two trainings at a
