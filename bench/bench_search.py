@@ -119,7 +119,7 @@ NO_FINAL_EXPORT = ["--export_top_k", "0"]
 BASELINE_NOTE = ("baseline = --trial_isolation process --export_every_trial (one process and"
                  " one SavedModel export per trial, as before warm workers); latency is timed in"
                  " memory in both: the old timing on the exported SavedModel (2.2 s a testing"
-                 " trial in BENCHMARKS.md, against ~0.6 s in memory) is no longer reproducible"
+                 " trial, BENCHMARKS.md at commit 166dd5a, against ~0.6 s in memory) is no longer reproducible"
                  " by flags, the export is")
 _EXPORT_LINE = "exporting the SavedModel"  # search_loop._export_best's first line on stderr
 
