@@ -81,7 +81,7 @@ def _register_commands() -> None:
   # pylint: disable=g-import-not-at-top
   from nascli.commands import build, convert_data, eval as eval_command, export, list_trials
   from nascli.commands import measure_proxy_task_variance, search, search_in_local
-  from nascli.commands import search_resume
+  from nascli.commands import report, search_resume
   from nascli.commands import run_latency_calculator_local
   from nascli.commands import search_proxy_task, select_proxy_task_models, train
   add_command(convert_data.convert_data, "convert-data", _DATA_AND_MODELS)
@@ -92,6 +92,7 @@ def _register_commands() -> None:
   add_command(search.search, "search", _SEARCH)
   add_command(search_resume.search_resume, "search_resume", _SEARCH)
   add_command(list_trials.list_trials, "list_trials", _SEARCH)
+  add_command(report.report, "report", _SEARCH)
   add_command(run_latency_calculator_local.run_latency_calculator_local,
               "run_latency_calculator_local", _SEARCH)
   add_command(select_proxy_task_models.select_proxy_task_models, "select_proxy_task_models",

@@ -34,4 +34,22 @@ if [[ ! -x .venv/bin/uv ]]; then
   .venv/bin/python -m pip install --quiet --disable-pip-version-check uv
 fi
 .venv/bin/uv pip install --quiet --python .venv/bin/python -e ".${extras}"
+if [[ -n "$extras" ]] && ! command -v chromium >/dev/null 2>&1 \
+    && [[ -z "${NASCLI_CHROMIUM:-}" ]] && [[ "${NASCLI_SKIP_BROWSER:-}" != "1" ]]; then
+  # The report's browser test drives Debian's Chromium (Playwright's own browser download is
+  # not a package registry). Needs root, or sudo without a password.
+  sudo=""
+  [[ "$(id -u)" == "0" ]] || sudo="sudo -n"
+  if command -v apt-get >/dev/null 2>&1; then
+    echo "installing Debian's chromium for the browser test (apt-get)" >&2
+    $sudo apt-get install -y -qq chromium >/dev/null 2>&1 \
+      || { $sudo apt-get update -qq >/dev/null 2>&1 \
+           && $sudo apt-get install -y -qq chromium >/dev/null; } \
+      || echo "warning: could not install chromium; tests/test_report_browser.py will fail" \
+              "(install it, set NASCLI_CHROMIUM=/path/to/chromium, or NASCLI_SKIP_BROWSER=1)" >&2
+  else
+    echo "warning: no apt-get to install chromium; set NASCLI_CHROMIUM=/path/to/chromium or" \
+         "NASCLI_SKIP_BROWSER=1" >&2
+  fi
+fi
 echo "nascli installed in .venv ($(.venv/bin/nascli --help >/dev/null && echo ok))" >&2

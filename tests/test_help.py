@@ -14,7 +14,7 @@ from nascli.app import app
 from nascli.commands import examples, fastnn_options
 
 COMMANDS = ("convert-data", "train", "eval", "export", "search_in_local", "search",
-            "search_resume", "list_trials", "run_latency_calculator_local",
+            "search_resume", "list_trials", "report", "run_latency_calculator_local",
             "select_proxy_task_models", "search_proxy_task",
             "measure_proxy_task_variance", "build")
 HIDDEN_ALIASES = ("convert_data", "search-in-local", "search-resume", "list-trials", "select-proxy-task-models",

@@ -112,6 +112,12 @@ EXAMPLES: dict[str, tuple[tuple[str, str], ...]] = {
          "nascli list_trials nascli_output/search_mnasnet --max_trials 3 --status completed"
          " --json"),
     ),
+    "report": (
+        ("The search as one page (progress, front, curves, importance, trials):",
+         "nascli report nascli_output/search_mnasnet"),
+        ("A search_proxy_task job: each candidate's correlation against its cost:",
+         "nascli report runs/proxy_search"),
+    ),
     "run_latency_calculator_local": (
         ("Beside a search with --latency_calculator external: time its trials as TFLite"
          " models on this machine, until the search ends:",

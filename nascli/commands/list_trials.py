@@ -76,6 +76,16 @@ def list_trials(
   out.print(_summary(job_dir, all_rows, len(rows)), soft_wrap=True, highlight=False,
             markup=False)
   out.print(trials_table(rows))
+  _say_where_the_report_is(job_dir)
+
+
+def _say_where_the_report_is(job_dir: str) -> None:
+  """On stderr (not a result): the page with the plots, or how to get one."""
+  from nascli import report  # pylint: disable=g-import-not-at-top
+  path = report.path_of(job_dir)
+  line = (f"report: {path} (open it in a browser)" if storage.exists(path) else
+          f"no report.html yet: `nascli report {job_dir}` writes one")
+  console.stderr().print(line, highlight=False, soft_wrap=True)
 
 
 def _statuses(given: Sequence[str], known: Sequence[str]) -> set[str]:

@@ -17,7 +17,7 @@ import math
 import os
 from typing import Any
 
-from nascli import storage
+from nascli import report, storage
 from nascli.errors import NascliError
 from nascli.proxy import selection
 
@@ -80,6 +80,7 @@ def select(job_dir: str, rows: list[dict], settings: SelectionSettings) -> dict:
                       "removed": list(it.removed)} for it in iterations],
   }
   storage.write_text(storage.join(job_dir, MODELS_FILE), json.dumps(result, indent=2) + "\n")
+  report.refresh(job_dir)  # the search's page, with the chosen models
   return result
 
 

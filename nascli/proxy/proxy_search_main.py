@@ -26,7 +26,7 @@ from typing import Any, Callable
 
 import yaml
 
-from nascli import storage
+from nascli import report, storage
 from nascli.errors import NascliError
 from nascli.proxy import jobs
 from nascli.proxy import model_selection_main
@@ -302,4 +302,5 @@ def _write_state(job_dir: str, settings: ProxySearchSettings, reference: Referen
   if final:
     _plot(results, settings.targets, storage.join(job_dir, PLOT_FILE))
   storage.write_text(storage.join(job_dir, STATE_FILE), json.dumps(state, indent=2) + "\n")
+  report.refresh(job_dir)
   return state

@@ -16,7 +16,7 @@ import json
 import os
 from typing import Any
 
-from nascli import storage
+from nascli import report, storage
 from nascli.errors import NascliError
 from nascli.proxy import jobs
 from nascli.proxy import trial_curves
@@ -96,6 +96,7 @@ def measure(job_dir: str, rows: list[dict], seeds: dict[str, int | None],
                              distinguishable=verdict.distinguishable,
                              message=verdict.message())
   storage.write_text(storage.join(job_dir, RESULT_FILE), json.dumps(result, indent=2) + "\n")
+  report.refresh(job_dir)  # the search's page, with the variance section
   return result
 
 

@@ -98,6 +98,7 @@ class JobState:
 
   settings: dict[str, Any] | None = None
   fingerprint: str | None = None
+  started: str | None = None  # when the search began (its search_started event's time)
   proposals: dict[str, Proposal] = dataclasses.field(default_factory=dict)  # Proposal order.
   status: dict[str, str] = dataclasses.field(default_factory=dict)
   rewards: dict[str, float] = dataclasses.field(default_factory=dict)
@@ -165,6 +166,7 @@ class JobState:
         raise bad('repeats search_started')
       self.settings = dict(event.get('settings') or {})
       self.fingerprint = event.get('fingerprint')
+      self.started = event.get('time') if isinstance(event.get('time'), str) else None
       return
     if kind == 'early_stopping' and isinstance(event.get('name'), str):
       self.early_stopping = event['name']

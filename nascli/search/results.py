@@ -588,11 +588,16 @@ def write_hparams(job_dir: str | os.PathLike[str], rows: Sequence[Mapping[str, A
 
 def update_all(job_dir: str | os.PathLike[str], state: JobState,
                decision_keys: Sequence[str] | Mapping[str, Sequence[str]],
-               written: set[str] | None = None) -> list[dict[str, Any]]:
-  """Rewrites every derived output of the job from `state`; returns the rows."""
+               written: set[str] | None = None,
+               report_cache: dict[str, Any] | None = None) -> list[dict[str, Any]]:
+  """Rewrites every derived output of the job from `state`, its report.html last; returns the
+  rows. `report_cache`, kept by the caller across calls, holds the curves of finished trials
+  (their files no longer change: one read each, not one per refresh)."""
+  from nascli import report  # pylint: disable=g-import-not-at-top
   rows = trial_rows(job_dir, state)
   write_tables(job_dir, rows)
   write_progress_plot(job_dir, rows)
   write_pareto(job_dir, state, rows)
   write_hparams(job_dir, rows, decision_keys, written, early_stopping=has_early_stopping(state))
+  report.write_search(_job_dir(job_dir), state, rows, report_cache)
   return rows

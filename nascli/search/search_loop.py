@@ -232,6 +232,7 @@ class SearchLoop:
                                   **args.algorithm_options)
     self.metric = entry.require_binding().metric  # what `accuracy` is
     self._hparams_written: set[str] = set()
+    self._report_cache: dict[str, Any] = {}  # report.html: curves of finished trials
     self._running: dict[str, _Running] = {}  # attempts started, until their outcome is recorded
     self._slots: dict[str, Any] = {}  # trial id -> the slot of its last attempt
     self._ctl: controller_lib.Controller | None = None
@@ -672,7 +673,8 @@ class SearchLoop:
         if not running:
           if stop_reason is None and state.trial_ids(journal_lib.PAUSED):
             self._stop_paused(state, ctl)
-            results.update_all(a.job_dir, state, self.decision_domains, self._hparams_written)
+            results.update_all(a.job_dir, state, self.decision_domains, self._hparams_written,
+                               report_cache=self._report_cache)
           break
         time.sleep(0.5)
         ended = False
@@ -685,7 +687,8 @@ class SearchLoop:
           self._progress.ended(run)
           del running[trial_id]
           free.append(run.slot)
-          results.update_all(a.job_dir, state, self.decision_domains, self._hparams_written)
+          results.update_all(a.job_dir, state, self.decision_domains, self._hparams_written,
+                             report_cache=self._report_cache)
           if not stderr.is_terminal:
             stderr.print(_trial_line(state, trial_id, self.metric))
           ended = True
@@ -735,7 +738,7 @@ class SearchLoop:
     self._running.clear()
     if state.settings is not None and state.proposals:
       results.update_all(self.args.job_dir, state, self.decision_domains,
-                         self._hparams_written)
+                         self._hparams_written, report_cache=self._report_cache)
     return interrupts.Interrupted.of(error, *self._interrupt_line(state, stopped))
 
   def _interrupt_line(self, state: journal_lib.JobState, stopped: list[str]) -> tuple[str, str]:

@@ -1,0 +1,93 @@
+"""`JOB_DIR/report.html`: what a search job (or a proxy-task job) did, as one offline page.
+
+A job kind is registered with `@page_kind(name)` and a test of the job dir; `write(job_dir)`
+writes the page of the first kind that recognizes it. The search refreshes its page after
+every trial (`write_search`, from results.update_all), the proxy-task commands when they
+write their results. The file appears whole (nascli.storage writes aside and renames, or one
+gs:// upload), so a browser never loads half a page.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from typing import Any, Callable, Mapping, Sequence
+
+from nascli import storage
+from nascli.errors import NascliError
+
+logger = logging.getLogger(__name__)
+
+REPORT_FILE = 'report.html'
+
+
+@dataclasses.dataclass(frozen=True)
+class PageKind:
+  name: str
+  recognizes: Callable[[str], bool]
+  build: Callable[[str], Any]  # job_dir -> page.Page
+
+
+_KINDS: list[PageKind] = []
+
+
+def page_kind(name: str, recognizes: Callable[[str], bool]):
+  """Registers a builder `job_dir -> Page` for the job dirs `recognizes` accepts (first wins,
+  in registration order: the more specific kinds register first)."""
+  def register(build: Callable[[str], Any]) -> Callable[[str], Any]:
+    if any(k.name == name for k in _KINDS):
+      raise KeyError(f'report page kind {name!r} is registered twice')
+    _KINDS.append(PageKind(name, recognizes, build))
+    return build
+  return register
+
+
+def path_of(job_dir: str) -> str:
+  return storage.join(job_dir, REPORT_FILE)
+
+
+def _save(job_dir: str, page: Any) -> str:
+  path = path_of(job_dir)
+  storage.write_bytes(path, page.render().encode('utf-8'), content_type='text/html; charset=utf-8')
+  return path
+
+
+def write(job_dir: str) -> tuple[str, str]:
+  """(the kind of job, the page's path) after writing the page of the job at `job_dir`.
+
+  Raises:
+    NascliError: `job_dir` is missing or no kind of job nascli writes.
+  """
+  from nascli.report import kinds  # pylint: disable=g-import-not-at-top,unused-import
+  if not storage.exists(job_dir):
+    raise NascliError(f'{job_dir} does not exist')
+  for kind in _KINDS:
+    if kind.recognizes(job_dir):
+      return kind.name, _save(job_dir, kind.build(job_dir))
+  raise NascliError(f'{job_dir} is not a nascli job dir (no journal.jsonl, no'
+                    ' search_controller_state.json)')
+
+
+def refresh(job_dir: str) -> str | None:
+  """`write`, for the commands whose results the page shows: a failure is a warning."""
+  try:
+    return write(job_dir)[1]
+  except Exception as e:  # pylint: disable=broad-except
+    logger.warning('could not refresh %s: %s', path_of(job_dir), ' '.join(str(e).split()))
+    return None
+
+
+def write_search(job_dir: str, state: Any, rows: Sequence[Mapping[str, Any]],
+                 cache: dict[str, Any] | None = None) -> str | None:
+  """Refreshes a running search's page from the state it holds; a failure is a warning (the
+  page is a view: it must never stop a search), and returns None."""
+  # pylint: disable=g-import-not-at-top
+  from nascli.report import kinds
+  from nascli.report import search_page
+  try:
+    page = search_page.build(job_dir, state, rows, cache)
+    kinds.add_job_extras(page, job_dir)
+    return _save(job_dir, page)
+  except Exception as e:  # pylint: disable=broad-except
+    logger.warning('could not refresh %s: %s', path_of(job_dir), ' '.join(str(e).split()))
+    return None
