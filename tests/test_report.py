@@ -172,7 +172,7 @@ def test_report_command_writes_pages_and_refuses_what_is_no_job(tmp_path, es_job
   assert points["marker"]["symbol"] == ["circle", "star"]  # the chosen proxy
   assert proxy_figs["proxy-cost"]["layout"]["shapes"][0]["y0"] == 0.65
   assert err3.strip() == f"Error: {tmp_path / 'missing'} does not exist"
-  assert err4.strip().startswith(f"Error: {tmp_path} is not a nascli job dir")
+  assert err4.strip().startswith(f"Error: {tmp_path} is not a search or search_proxy_task job")
 
 
 def test_list_trials_says_where_the_report_is(es_job, cli, tmp_path):

@@ -64,7 +64,7 @@ def write(job_dir: str) -> tuple[str, str]:
   for kind in _KINDS:
     if kind.recognizes(job_dir):
       return kind.name, _save(job_dir, kind.build(job_dir))
-  raise NascliError(f'{job_dir} is not a nascli job dir (no journal.jsonl, no'
+  raise NascliError(f'{job_dir} is not a search or search_proxy_task job (no journal.jsonl, no'
                     ' search_controller_state.json)')
 
 

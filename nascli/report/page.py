@@ -145,7 +145,9 @@ class Page:
     for figure in figures:
       self._figures.append({'id': figure['id'], 'data': list(figure['data']),
                             'layout': dict(figure['layout']), 'config': _PLOT_CONFIG})
-      divs.append(f'<div class="plot" id="{html.escape(figure["id"])}"></div>')
+      height = figure['layout'].get('height')  # a tall figure (many bars) gets its height
+      style = f' style="height:{int(height)}px"' if isinstance(height, (int, float)) else ''
+      divs.append(f'<div class="plot" id="{html.escape(figure["id"])}"{style}></div>')
     css = 'grid' if len(divs) > 1 else 'single'
     self._parts.append(f'<div class="{css}">{"".join(divs)}</div>')
 

@@ -314,23 +314,27 @@ def importance_figures(state: JobState, rows: Sequence[Mapping[str, Any]]
   targets = ([(str(o), [state.reward_vectors.get(str(r['trial_id']), (None,) * len(objectives))[k]
                         for r in done]) for k, o in enumerate(objectives)]
              if objectives else [('reward', [r['reward'] for r in done])])
-  data = []
+  computed = []
   for name, values in targets:
     pairs = [(r['nas_params'], v) for r, v in zip(done, values) if finite(v) is not None]
     scores = importance_lib.importances([p for p, _ in pairs], [v for _, v in pairs])
-    if not scores:
-      continue
-    keys = list(reversed(list(scores)))  # largest at the top of a horizontal bar chart
-    data.append({'type': 'bar', 'orientation': 'h', 'name': name,
-                 'x': [scores[k] for k in keys], 'y': keys,
-                 'hovertext': [f'{k}: {scores[k]:.3f} of {name}' for k in keys],
-                 'hoverinfo': 'text'})
+    if scores:
+      computed.append((name, scores))
+  # The decisions that matter most to any objective, the largest at the top of the chart.
+  ranked = sorted({k for _, scores in computed for k in scores},
+                  key=lambda k: -max(scores.get(k, 0.0) for _, scores in computed))
+  keys = list(reversed(ranked[:_SHOWN_IMPORTANCES]))
+  data = [{'type': 'bar', 'orientation': 'h', 'name': name,
+           'x': [scores.get(k, 0.0) for k in keys], 'y': keys,
+           'hovertext': [f'{k}: {scores.get(k, 0.0):.3f} of {name}' for k in keys],
+           'hoverinfo': 'text'} for name, scores in computed]
   if not data:
     return [], (f'Decision importance needs at least {importance_lib.MIN_TRIALS} completed'
                 f' trials whose decisions differ ({len(done)} completed so far).')
-  layout = _layout('Decision importance (fANOVA)', 'share of the variance explained',
-                   'decision', barmode='group',
-                   height=max(320, 28 * len(data[0]['y']) * len(data) + 120))
+  shown = (f'the {len(keys)} of {len(ranked)} decisions that matter most'
+           if len(ranked) > len(keys) else 'every decision')
+  layout = _layout(f'Decision importance (fANOVA): {shown}', 'share of the variance explained',
+                   '', barmode='group', height=max(320, 18 * len(keys) * len(data) + 140))
   layout['margin'] = {'l': 160, 'r': 20, 't': 50, 'b': 50}
   return [{'id': 'importance', 'data': data, 'layout': layout}], (
       f'Optuna\'s fANOVA over {len(done)} completed trials ({importance_lib.N_TREES} trees,'
@@ -349,6 +353,9 @@ def _architecture_cell(row: Mapping[str, Any]) -> Cell:
 
 
 _SHOWN_DECISIONS = 3
+
+
+_SHOWN_IMPORTANCES = 15  # bars; mnasnet has 49 decisions
 
 
 def _link(job_dir: str, trial_id: str) -> str:
