@@ -10,6 +10,7 @@ import time
 
 import pytest
 
+import report_jobs
 import tf_probe
 from conftest import journal_events as _events
 from conftest import nascli_subprocess
@@ -84,6 +85,13 @@ def test_three_trial_search_records_everything(cache, tmp_path):
   assert sorted(p for p in os.listdir(job / "hparams") if p.startswith("trial-")) == [
       "trial-0001", "trial-0002", "trial-0003"]
   assert sorted(os.listdir(job / "workers")) == ["export.log", "worker-1.log"]
+  # The page the search refreshed as trials ended: every trial, its reward, its loss curve.
+  figs = report_jobs.figures(job / "report.html")
+  done = report_jobs.trace(figs["progress-trials"], "completed")
+  assert dict(zip(done["customdata"], done["y"])) == {r["trial_id"]: r["reward"] for r in rows}
+  logged = [json.loads(line)
+            for line in (job / "1" / "train_metrics.jsonl").read_text().splitlines()]
+  assert report_jobs.trace(figs["loss"], "trial 1")["y"] == [m["loss"] for m in logged]
   listed = nascli_subprocess("list_trials", job, "--json")
   rewards = [r["reward"] for r in json.loads(listed.stdout)]
   assert rewards == sorted(rewards, reverse=True) and len(rewards) == 3
