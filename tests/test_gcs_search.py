@@ -351,8 +351,8 @@ def test_overwrite_starts_a_gcs_job_over(cli, gcs_prefix, failing_trials):
   assert events[0]["settings"]["trial"]["run"]["seed"] == 8
   assert [e["seq"] for e in events] == [1, 2, 3, 4, 5]
   assert storage.list_names(job, recursive=False) == [
-      "1/", "hparams/", "journal/", "notes.txt", "search_progress.png", "trials.csv",
-      "trials.json"]
+      "1/", "hparams/", "journal/", "notes.txt", "report.html", "search_progress.png",
+      "trials.csv", "trials.json"]
   assert storage.list_names(storage.join(job, "1")) == [
       "job_status.json", "trial.log", "trial_spec.json"]
 

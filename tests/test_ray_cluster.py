@@ -175,7 +175,8 @@ def test_no_token_a_wrong_token_and_a_wrong_address_are_one_line_each(cluster, c
       " RAY_AUTH_TOKEN" in line], wrong.stderr
   assert not job.exists()  # nothing written for a search that never ran
   # A port where something listens that is not a Ray GCS: the head's own client server port
-  # would answer; take a plain TCP listener instead.
+  # would answer; take a plain TCP listener instead. The probe waits 5 s for a GCS there, not
+  # its default 15 (NASCLI_RAY_PROBE_TIMEOUT_S): enough for its child to import Ray and knock.
   import socket  # pylint: disable=g-import-not-at-top
   with socket.socket() as listener:
     listener.bind(("127.0.0.1", 0))
@@ -183,10 +184,24 @@ def test_no_token_a_wrong_token_and_a_wrong_address_are_one_line_each(cluster, c
     address = f"127.0.0.1:{listener.getsockname()[1]}"
     args = _search_args(cluster, job)
     args[args.index(cluster.address)] = address
-    other, seconds = _refusal(args, _env(cache, RAY_AUTH_TOKEN=cluster.token))
+    other, seconds = _refusal(args, _env(cache, RAY_AUTH_TOKEN=cluster.token,
+                                         NASCLI_RAY_PROBE_TIMEOUT_S="5"))
+    listener.settimeout(0)
+    knocks = 0
+    while True:  # the connections made, still in the listener's queue (nothing accepted them)
+      try:
+        listener.accept()[0].close()
+      except BlockingIOError:
+        break
+      except ConnectionAbortedError:  # reset by a client already gone: a knock too
+        pass
+      knocks += 1
   assert other.returncode == 1
   assert len(other.stderr.strip().splitlines()) == 1, other.stderr
-  assert "no Ray cluster answered" in other.stderr
+  assert "no Ray cluster answered within 5 s" in other.stderr
+  # Refused for the right reason: nascli's socket check connected, then the probe's GCS client
+  # did (once or more) and heard no GCS; not a probe cut short before it asked.
+  assert knocks >= 2, knocks
 
 
 def test_a_trial_bigger_than_every_node_is_one_line(cluster, cache, tmp_path):
@@ -198,3 +213,14 @@ def test_a_trial_bigger_than_every_node_is_one_line(cluster, cache, tmp_path):
   assert "no node of the Ray cluster" in lines[0] and "1 GPUs" in lines[0]
   # The head (0 CPUs) and the worker nodes still alive (a test above may have killed one).
   assert re.search(r"its [23] node\(s\) have at most 1 CPUs and 0 GPUs each$", lines[0])
+
+
+@pytest.mark.parametrize("value, seconds", [(None, 15.0), ("5", 5.0), ("0.5", 0.5), ("0", 15.0),
+                                            ("-3", 15.0), ("inf", 15.0), ("soon", 15.0)])
+def test_the_probe_waits_15_s_unless_told_another_positive_time(monkeypatch, value, seconds):
+  from nascli.search import ray_connect  # pylint: disable=g-import-not-at-top
+  if value is None:
+    monkeypatch.delenv("NASCLI_RAY_PROBE_TIMEOUT_S", raising=False)
+  else:
+    monkeypatch.setenv("NASCLI_RAY_PROBE_TIMEOUT_S", value)
+  assert ray_connect.probe_timeout_s() == seconds

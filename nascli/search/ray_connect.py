@@ -5,7 +5,9 @@ prints Ray's C++ log lines, and ends in `Failed to connect to Ray cluster`, what
 Before it, nascli asks the address itself, in a child process whose log lines it keeps:
 
 - nothing listens there: refused at once (a socket connect);
-- something listens but no Ray GCS answers in PROBE_TIMEOUT_S: not a Ray cluster's address;
+- something listens but no Ray GCS answers in PROBE_TIMEOUT_S (15 s; the environment variable
+  NASCLI_RAY_PROBE_TIMEOUT_S sets another positive number of seconds, as tests do to refuse
+  sooner): not a Ray cluster's address;
 - the GCS refuses the authentication token: which token nascli had (or that it had none) and
   where to get the cluster's.
 
@@ -20,6 +22,7 @@ nascli does it for every address (`use_token_if_any`), so the token alone is eno
 from __future__ import annotations
 
 import json
+import math
 import os
 import socket
 import subprocess
@@ -29,6 +32,7 @@ from nascli.errors import NascliError
 
 AUTH_MODE = "RAY_AUTH_MODE"
 PROBE_TIMEOUT_S = 15.0
+PROBE_TIMEOUT_ENV = "NASCLI_RAY_PROBE_TIMEOUT_S"
 _DOCS = "docs/clusters.md#authentication"
 
 
@@ -77,20 +81,30 @@ def use_token_if_any() -> None:
       raylet.Config.initialize("")
 
 
+def probe_timeout_s() -> float:
+  """PROBE_TIMEOUT_S, or the positive number of seconds NASCLI_RAY_PROBE_TIMEOUT_S gives."""
+  try:
+    value = float(os.environ.get(PROBE_TIMEOUT_ENV, PROBE_TIMEOUT_S))
+  except ValueError:
+    return PROBE_TIMEOUT_S
+  return value if value > 0 and math.isfinite(value) else PROBE_TIMEOUT_S
+
+
 def probe(address: str) -> None:
   """Asks the GCS at a HOST:PORT for its cluster id; a refusal becomes one line that names the
   cause and the fix."""
   target = _host_port(address)
   if target is None:
     return
+  timeout_s = probe_timeout_s()
   try:
     done = subprocess.run([sys.executable, "-m", __name__, address], capture_output=True,
-                          text=True, timeout=PROBE_TIMEOUT_S, env=os.environ.copy(),
+                          text=True, timeout=timeout_s, env=os.environ.copy(),
                           check=False)
   except subprocess.TimeoutExpired:
     raise NascliError(
         f"--ray_address {address}: something listens there, but no Ray cluster answered within"
-        f" {PROBE_TIMEOUT_S:g} s; give the address `ray start --head` printed (HEAD_IP:6379 by"
+        f" {timeout_s:g} s; give the address `ray start --head` printed (HEAD_IP:6379 by"
         " default), not the dashboard's or the client server's port") from None
   lines = done.stdout.strip().splitlines()
   answer = json.loads(lines[-1]) if lines and lines[-1].startswith("{") else {}
