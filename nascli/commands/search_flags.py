@@ -35,6 +35,7 @@ from tf_vision.search_spaces import registry as space_registry
 PREBUILT_SEARCH_SPACES = tuple(space_registry.known_search_spaces())
 # name: (the options it takes, (fewest, most) objectives it optimizes; None: any number).
 SEARCH_ALGORITHMS: dict[str, tuple[tuple[str, ...], tuple[int, int | None]]] = {
+    "gp_bo": ((), (1, 1)),
     "nsga2": (("population_size",), (2, None)),
     "random": ((), (1, None)),
     "regularized_evolution": (("population_size", "tournament_size"), (1, 1)),
@@ -53,8 +54,9 @@ SpaceModule = Annotated[Optional[str], typer.Option(
     " pyglove space shaped as --prebuilt_search_space's, or registered with"
     " register_search_space.")]
 Algorithm = Annotated[str, typer.Option(
-    *flag("search_algorithm"), help="tpe (Optuna's TPE), regularized_evolution, reinforce"
-    " (policy gradient), random; with --objectives: nsga2, tpe or random.")]
+    *flag("search_algorithm"), help="tpe (Optuna's TPE), gp_bo (a Gaussian process,"
+    " expected improvement), regularized_evolution, reinforce (policy gradient), random; with"
+    " --objectives: nsga2, tpe or random.")]
 Seed = Annotated[int, typer.Option(*flag("seed"), help="Controller seed.")]
 MaxTrials = Annotated[int, typer.Option(
     *flag("max_nas_trial"), help="Trials in total (resumes count what is done).")]

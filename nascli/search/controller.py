@@ -656,3 +656,4 @@ def random_architectures(space: Any, count: int, seed: int) -> list[dict[str, An
 # pylint: disable=g-import-not-at-top,wrong-import-position,unused-import
 from nascli.search import reinforce  # noqa: E402,F401
 from nascli.search import tpe  # noqa: E402,F401
+from nascli.search import gp_bo  # noqa: E402,F401

@@ -1,0 +1,208 @@
+"""GP-BO: Bayesian optimization with a Gaussian process over the architectures' decisions.
+
+A proposal is the architecture, among candidates that were never proposed, with the largest
+expected improvement (EI) under a Gaussian process fitted to the rewards so far:
+
+  encoding   one-hot per decision of the space (an inactive conditional decision: all zeros),
+             the adjacency encoding of a cell space such as NAS-Bench-201's; rewards below
+             their median raised to it (the GP then models the good region, not the broken
+             architectures), then standardized.
+  kernel     k(a, b) = exp(-theta * (differing decisions) / (decisions)), an exponential
+             Hamming kernel (a categorical RBF, as in COMBO / CoCaBO);
+             theta and the noise chosen by the marginal likelihood from a small grid at every fit.
+  candidates every one-decision change (mutation) of the `top` best architectures so far, plus
+             `num_random` random architectures; known and still running ones left out, so that
+             no architecture is proposed twice while any is left.
+  start      `num_init` random architectures.
+
+All randomness comes from one numpy generator seeded with the search's seed, and a proposal
+depends only on that stream and the rewards fed back so far, so `Controller.rebuild` replays
+a search exactly. Single objective, categorical decisions (pg.oneof, pg.sublist_of) only.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pyglove as pg
+
+from nascli.search.controller import Decisions
+from nascli.search.controller import _float_option
+from nascli.search.controller import _int_option
+from nascli.search.controller import _reject_options
+from nascli.search.controller import register_algorithm
+
+NAME = 'gp_bo'
+DEFAULT_NUM_INIT = 10
+DEFAULT_TOP = 10
+DEFAULT_NUM_RANDOM = 20
+DEFAULT_XI = 0.0
+OPTIONS = ('num_init', 'top', 'num_random', 'xi')
+THETAS = (1.0, 2.0, 4.0, 8.0)
+NOISES = (0.01, 0.1)
+_MAX_TRIES = 200
+
+
+@register_algorithm(NAME)
+def make(seed: int, **options: Any) -> pg.DNAGenerator:
+  _reject_options(NAME, options, OPTIONS)
+  return GPBO(
+      seed=seed,
+      num_init=_int_option(NAME, 'num_init', options.get('num_init', DEFAULT_NUM_INIT), 1),
+      top=_int_option(NAME, 'top', options.get('top', DEFAULT_TOP), 1),
+      num_random=_int_option(NAME, 'num_random', options.get('num_random', DEFAULT_NUM_RANDOM),
+                             0),
+      xi=_float_option(NAME, 'xi', options.get('xi', DEFAULT_XI), 0.0, 10.0))
+
+
+def _norm_cdf_pdf(z: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+  from math import erf, sqrt  # pylint: disable=g-import-not-at-top
+  cdf = 0.5 * (1 + np.vectorize(erf)(z / sqrt(2)))
+  pdf = np.exp(-0.5 * z * z) / np.sqrt(2 * np.pi)
+  return cdf, pdf
+
+
+def transform(y: np.ndarray) -> np.ndarray:
+  """Rewards below the median raised to it: a stationary kernel fitted to a few broken
+  architectures (NAS-Bench-201: 10% accuracy against 90%) models them and not the top (on
+  tuning seeds 1000-1009, CIFAR-10: 91.52 held-out with, 91.24 without; ranks: 91.46)."""
+  return np.maximum(y, np.median(y))
+
+
+def fit_gp(x: np.ndarray, y: np.ndarray, num_decisions: int) -> dict[str, Any]:
+  """The GP (theta, noise from the grid by marginal likelihood) on one-hot rows x, rewards y."""
+  y = transform(y)
+  mean, std = float(y.mean()), float(y.std()) or 1.0
+  z = (y - mean) / std
+  same = x @ x.T  # decisions two architectures share
+  best = None
+  for theta in THETAS:
+    k = np.exp(-theta * (num_decisions - same) / num_decisions)
+    for noise in NOISES:
+      chol = np.linalg.cholesky(k + noise * np.eye(len(z)))
+      alpha = np.linalg.solve(chol.T, np.linalg.solve(chol, z))
+      loglik = -0.5 * z @ alpha - np.log(np.diag(chol)).sum()
+      if best is None or loglik > best['loglik']:
+        best = {'loglik': loglik, 'theta': theta, 'noise': noise, 'chol': chol, 'alpha': alpha}
+  best.update(x=x, mean=mean, std=std, z_best=float(z.max()), num_decisions=num_decisions)
+  return best
+
+
+def expected_improvement(gp: dict[str, Any], candidates: np.ndarray, xi: float) -> np.ndarray:
+  d = gp['num_decisions']
+  ks = np.exp(-gp['theta'] * (d - candidates @ gp['x'].T) / d)
+  mu = ks @ gp['alpha']
+  v = np.linalg.solve(gp['chol'], ks.T)
+  var = np.maximum(1.0 - np.sum(v * v, axis=0), 1e-12)
+  sigma = np.sqrt(var)
+  gap = mu - gp['z_best'] - xi
+  u = gap / sigma
+  cdf, pdf = _norm_cdf_pdf(u)
+  return gap * cdf + sigma * pdf
+
+
+@pg.members([
+    ('seed', pg.typing.Int(), 'Seeds the generator.'),
+    ('num_init', pg.typing.Int(min_value=1, default=DEFAULT_NUM_INIT), 'Random proposals first.'),
+    ('top', pg.typing.Int(min_value=1, default=DEFAULT_TOP),
+     'Best architectures whose mutations are candidates.'),
+    ('num_random', pg.typing.Int(min_value=0, default=DEFAULT_NUM_RANDOM),
+     'Random candidates besides the mutations.'),
+    ('xi', pg.typing.Float(min_value=0.0, default=DEFAULT_XI),
+     'EI margin, in standardized reward units.'),
+])
+class GPBO(pg.DNAGenerator):
+  """Expected improvement of a Hamming-kernel GP over mutations of the best and random DNAs."""
+
+  def _setup(self) -> None:
+    self._decisions = Decisions(self.dna_spec, NAME, allow_floats=False)
+    items = self._decisions.items
+    self._offsets = np.cumsum([0] + [d.num_candidates for d in items])
+    self._rng = np.random.default_rng([self.seed, 20110])
+    self._rewards: dict[tuple[int, ...], float] = {}  # proposed and fed back: its reward
+    self._proposed: set[tuple[int, ...]] = set()
+
+  def _encode(self, dnas: list[tuple[int, ...]]) -> np.ndarray:
+    """One-hot rows; a DNA's numbers are its active decisions in walk order."""
+    out = np.zeros((len(dnas), int(self._offsets[-1])))
+    for row, numbers in enumerate(dnas):
+      values = iter(numbers)
+
+      def take(i, decision, allowed, row=row, values=values):
+        del decision, allowed
+        value = next(values)
+        out[row, self._offsets[i] + value] = 1.0
+        return value
+
+      self._decisions.walk(take)
+    return out
+
+  def _random(self) -> tuple[int, ...]:
+    rng = self._rng
+
+    def choose(i, decision, allowed):
+      del i
+      return int(rng.choice(allowed)) if allowed is not None else int(
+          rng.integers(decision.num_candidates))
+
+    return tuple(self._decisions.walk(choose))
+
+  def _mutations(self, numbers: tuple[int, ...]) -> list[tuple[int, ...]]:
+    """Every DNA that changes one decision of `numbers` (conditional ones re-walked)."""
+    parent: dict[int, int] = {}
+    values = iter(numbers)
+    self._decisions.walk(lambda i, d, a: parent.setdefault(i, next(values)))
+    out = []
+    for target in parent:
+      d = self._decisions.items[target]
+      for value in range(d.num_candidates):
+        if value == parent[target]:
+          continue
+
+        def choose(i, decision, allowed, target=target, value=value):
+          want = value if i == target else parent.get(i, 0)
+          if allowed is not None and want not in allowed:
+            return None
+          return want if want < decision.num_candidates else None
+
+        try:
+          child = self._decisions.walk(choose)
+        except TypeError:
+          continue
+        if None not in child:
+          out.append(tuple(child))
+    return out
+
+  def _propose(self) -> pg.DNA:
+    known = self._proposed
+    if len(self._rewards) < self.num_init:
+      numbers = self._new_random(known)
+    else:
+      dnas = list(self._rewards)
+      y = np.array([self._rewards[d] for d in dnas])
+      gp = fit_gp(self._encode(dnas), y, len(self._decisions.items))
+      best = sorted(dnas, key=lambda d: -self._rewards[d])[:self.top]
+      pool = {m for b in best for m in self._mutations(b)}
+      pool.update(self._random() for _ in range(self.num_random))
+      candidates = sorted(pool - known)
+      if not candidates:
+        numbers = self._new_random(known)
+      else:
+        ei = expected_improvement(gp, self._encode(candidates), self.xi)
+        numbers = candidates[int(np.argmax(ei))]
+    self._proposed.add(numbers)
+    return self._decisions.to_dna(list(numbers))
+
+  def _new_random(self, known: set[tuple[int, ...]]) -> tuple[int, ...]:
+    numbers = self._random()
+    for _ in range(_MAX_TRIES):
+      if numbers not in known:
+        break
+      numbers = self._random()
+    return numbers
+
+  def _feedback(self, dna: pg.DNA, reward: float) -> None:
+    key = tuple(dna.to_numbers())
+    self._proposed.add(key)  # also warm-start architectures: never proposed again
+    self._rewards[key] = float(reward)
