@@ -219,3 +219,17 @@ def test_proxy_task_results_in_a_search_job_get_their_sections(tmp_path, es_job)
   assert "architectures differ by 3.1x the noise" in page
   models = page[page.index('id="models"'):]
   assert models.count("<tr>") == 3  # header + 2 models
+
+
+def test_a_running_search_recomputes_importance_only_as_trials_grow(es_job):
+  from nascli.report import search_page
+  job_dir, state = es_job
+  rows = results.trial_rows(job_dir, state)
+  cache = {}
+  first, _ = search_page.importance_figures(state, rows, cache)
+  assert cache["count"] == len(report_jobs.ES_COMPLETED) and first
+  again, _ = search_page.importance_figures(state, rows, cache)
+  assert again is first  # no new completed trial: reused
+  cache["count"] = len(report_jobs.ES_COMPLETED) - 1  # as if one trial completed since
+  fresh, _ = search_page.importance_figures(state, rows, cache)
+  assert fresh is not first and fresh == first  # computed again, seeded: the same bars

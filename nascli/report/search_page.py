@@ -305,11 +305,23 @@ def curve_figures(job_dir: str, state: JobState, rows: Sequence[Mapping[str, Any
   return figures
 
 
-def importance_figures(state: JobState, rows: Sequence[Mapping[str, Any]]
-                       ) -> tuple[list[dict[str, Any]], str]:
+def importance_figures(state: JobState, rows: Sequence[Mapping[str, Any]],
+                       cache: dict[str, Any] | None = None) -> tuple[list[dict[str, Any]], str]:
   """fANOVA importance of each decision for the reward (each objective of a multi-objective
-  search), and a note saying what it was computed from or why there is none."""
+  search), and a note saying what it was computed from or why there is none.
+
+  With a `cache` (a running search's), it is computed again only once the completed trials
+  have grown by a tenth since the last time: fANOVA is most of a refresh's cost (2 s at 400
+  trials, bench/bench_report.py) and a few more trials barely move it.
+  """
   done = [r for r in rows if r['status'] == COMPLETED and r.get('reward') is not None]
+  if cache is not None:
+    last = cache.get('count', 0)
+    if 'figures' in cache and len(done) < max(last + 1, math.ceil(last * 1.1)):
+      return cache['figures'], cache['note']
+    figures, note = importance_figures(state, rows)
+    cache.update(count=len(done), figures=figures, note=note)
+    return figures, note
   objectives = results.objectives_of(state)
   targets = ([(str(o), [state.reward_vectors.get(str(r['trial_id']), (None,) * len(objectives))[k]
                         for r in done]) for k, o in enumerate(objectives)]
@@ -414,8 +426,9 @@ def _summary(state: JobState, rows: Sequence[Mapping[str, Any]]) -> str:
 
 
 def build(job_dir: str, state: JobState, rows: Sequence[Mapping[str, Any]],
-          cache: dict[str, dict[str, list]] | None = None) -> Page:
-  """The whole page of the search job at `job_dir` (rows: `results.trial_rows`)."""
+          cache: dict[str, Any] | None = None) -> Page:
+  """The whole page of the search job at `job_dir` (rows: `results.trial_rows`); `cache`, kept
+  by a running search across refreshes: finished trials' curves, the last importance."""
   metric = next((r['accuracy_metric'] for r in rows if r.get('accuracy_metric')), 'accuracy')
   name = job_dir.rstrip('/').rsplit('/', 1)[-1]
   page = Page(f'nascli search {name}', _summary(state, rows))
@@ -427,12 +440,13 @@ def build(job_dir: str, state: JobState, rows: Sequence[Mapping[str, Any]],
     page.heading('Trade-off against latency', 'The Pareto front: no other completed trial is'
                  ' at least as good on both axes. The dashed line is the latency target.')
     page.plots(*tradeoff)
-  curves = curve_figures(job_dir, state, rows, metric, {} if cache is None else cache)
+  cache = {} if cache is None else cache
+  curves = curve_figures(job_dir, state, rows, metric, cache.setdefault('curves', {}))
   if curves:
     page.heading('Learning curves', 'Per trial. With early stopping, circles are rungs the'
                  ' scheduler promoted, crosses where it stopped a trial (dotted).')
     page.plots(*curves)
-  figures, note = importance_figures(state, rows)
+  figures, note = importance_figures(state, rows, cache.setdefault('importance', {}))
   page.heading('Which decisions matter', note)
   if figures:
     page.plots(*figures)
