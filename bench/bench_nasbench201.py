@@ -499,6 +499,21 @@ def markdown(results: dict[str, Any]) -> str:
       lines.append(f'| {method} | ' + ' | '.join(_test_cell(
           results['datasets'][n][protocol].get(method, {}).get('vs_reference'))
           for n in names) + ' |')
+  challenger = results.get('challenger')
+  if challenger:
+    lines.append(f'\npaired Wilcoxon (two-sided) of `{challenger}` against every method (charged):'
+                 ' mean difference, p (wins/ties/losses), on the seeds both ran\n')
+    lines.append('| method | ' + ' | '.join(DATASET_NAMES[n] for n in names) + ' |')
+    lines.append('|---|' + '---|' * len(names))
+    for method in dict.fromkeys(m for n in names for m in results['datasets'][n]['charged']):
+      if method == challenger:
+        continue
+      cells = []
+      for n in names:
+        ran = results['datasets'][n]['charged']
+        cells.append(_test_cell(wilcoxon(ran[challenger]['per_seed'], ran[method]['per_seed']))
+                     if challenger in ran and method in ran else '-')
+      lines.append(f'| {challenger} vs {method} | ' + ' | '.join(cells) + ' |')
   methods = list(dict.fromkeys(m for n in names for m in results['datasets'][n].get('pareto')
                                or {}))
   if methods:
@@ -572,8 +587,53 @@ FREE_METHODS = ('regularized_evolution', 'tpe')
 HV_METHODS = ('random', 'nsga2', 'tpe', 'optuna_nsga2', 'syne_morea')
 
 
+def merge(paths: list[str], challenger: str | None) -> dict[str, Any]:
+  """Runs of this bench on the same seeds and data sets (split over processes, one per core)
+  as one result: their methods side by side. A method in several runs must have the same
+  per-seed results in each (the searches are deterministic), which checks that the runs are
+  comparable; the paired tests are computed again over the merged methods."""
+  runs = [json.loads(Path(p).read_text()) for p in paths]
+  out = dict(runs[0], merged_from=paths, challenger=challenger,
+             wall_s=sum(r.get('wall_s', 0) for r in runs),
+             cpu_s=sum(r.get('cpu_s', 0) for r in runs))
+  out['datasets'] = {}
+  for name in runs[0]['datasets']:
+    entry = json.loads(json.dumps(runs[0]['datasets'][name]))
+    for run in runs[1:]:
+      other = run['datasets'][name]
+      if other['best_val'] != entry['best_val']:
+        raise SystemExit(f'{name}: the runs used different benchmarks')
+      for protocol in ('charged', 'free'):
+        for method, stats in other.get(protocol, {}).items():
+          mine = entry[protocol].get(method)
+          if mine is not None:
+            n = min(len(mine['per_seed']), len(stats['per_seed']))
+            if mine['per_seed'][:n] != stats['per_seed'][:n]:
+              raise SystemExit(f'{name} {protocol} {method}: the runs disagree on its results')
+            if len(stats['per_seed']) <= len(mine['per_seed']):
+              continue
+          entry[protocol][method] = stats
+      if other.get('pareto'):
+        entry['pareto'] = {**(entry.get('pareto') or {}), **other['pareto']}
+        out['hv_seeds'], out['hv_trials'] = run['hv_seeds'], run['hv_trials']
+    for protocol in ('charged', 'free'):
+      ref = entry[protocol].get(out['reference']) or entry['charged'].get(out['reference'])
+      for method, stats in entry[protocol].items():
+        if ref and method != out['reference']:
+          stats['vs_reference'] = wilcoxon(stats['per_seed'], ref['per_seed'])
+        if 'random' in entry[protocol] and method != 'random':
+          stats['vs_random'] = wilcoxon(stats['per_seed'], entry[protocol]['random']['per_seed'])
+    out['datasets'][name] = entry
+  return out
+
+
 def main() -> None:
   parser = argparse.ArgumentParser(description=' '.join(__doc__.split('\n\n')[0].split()))
+  parser.add_argument('--merge', nargs='+', metavar='JSON',
+                      help='merge runs of this bench (same seeds, methods split over'
+                      ' processes) into --out and --png, print the tables, and exit')
+  parser.add_argument('--challenger', default=None,
+                      help='with --merge: also test this method against every other one')
   parser.add_argument('--seeds', default='50')
   parser.add_argument('--datasets', default=','.join(DATASETS))
   parser.add_argument('--methods', default=','.join(METHODS),
@@ -593,6 +653,12 @@ def main() -> None:
   parser.add_argument('--out', default=str(ROOT / 'bench/results/nasbench201.json'))
   parser.add_argument('--png', default=str(ROOT / 'bench/results/nasbench201.png'))
   args = parser.parse_args()
+  if args.merge:
+    results = merge(args.merge, args.challenger)
+    Path(args.out).write_text(json.dumps(results, indent=1))
+    plot(results, Path(args.png))
+    print(markdown(results))
+    return
   seeds = parse_seeds(args.seeds)
   hv_seeds = parse_seeds(args.hv_seeds)
   datasets = [d for d in args.datasets.split(',') if d]
