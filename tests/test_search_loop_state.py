@@ -60,7 +60,7 @@ def _loop(job_dir, executor, **args):
   loop.work_dir = str(job_dir)
   loop.space, loop.space_name, loop.metric, loop.decision_domains = SPACE, 'toy', 'accuracy', {}
   loop._hparams_written, loop._running, loop._ctl = set(), {}, None  # pylint: disable=protected-access
-  loop._slots = {}  # pylint: disable=protected-access
+  loop._slots, loop._report_cache = {}, {}  # pylint: disable=protected-access
   loop._progress = search_loop._Progress(loop)  # pylint: disable=protected-access
   return loop
 
