@@ -7,6 +7,7 @@ the later checks, which read the bucket anyway.
 """
 
 import difflib
+import math
 import os
 import re
 from typing import Iterable
@@ -136,3 +137,13 @@ def model_dir(value: str | None, flag: str = "--model_dir") -> str | None:
   if not os.path.exists(os.path.join(value, "params.yaml")):
     raise NascliError(f"{value} has no params.yaml (not a nascli/Model Garden model dir)")
   return value
+
+
+def env_seconds(name: str, default: float) -> float:
+  """The positive, finite number of seconds the environment variable `name` gives, else
+  `default` (a tuning knob, not a flag: a bad value falls back instead of stopping)."""
+  try:
+    value = float(os.environ.get(name, default))
+  except ValueError:
+    return default
+  return value if value > 0 and math.isfinite(value) else default

@@ -6,10 +6,9 @@ Likewise Rich breaks a message at 80 columns in a log file (`... (step 30, rewar
 which spoils grep: off a terminal, the log console writes one message as one line.
 """
 
-import math
-import os
-
 from rich.console import Console, ConsoleDimensions
+
+from nascli import checks
 
 _UNLIMITED = 100_000
 # Off a terminal, long commands (convert-data, search_in_local, search) print a progress line on
@@ -49,8 +48,4 @@ def stderr() -> Console:
 
 def progress_seconds() -> float:
   """PROGRESS_SECONDS, or the positive number of seconds NASCLI_PROGRESS_SECONDS gives."""
-  try:
-    value = float(os.environ.get(PROGRESS_ENV, PROGRESS_SECONDS))
-  except ValueError:
-    return PROGRESS_SECONDS
-  return value if value > 0 and math.isfinite(value) else PROGRESS_SECONDS
+  return checks.env_seconds(PROGRESS_ENV, PROGRESS_SECONDS)

@@ -22,12 +22,12 @@ nascli does it for every address (`use_token_if_any`), so the token alone is eno
 from __future__ import annotations
 
 import json
-import math
 import os
 import socket
 import subprocess
 import sys
 
+from nascli import checks
 from nascli.errors import NascliError
 
 AUTH_MODE = "RAY_AUTH_MODE"
@@ -83,11 +83,7 @@ def use_token_if_any() -> None:
 
 def probe_timeout_s() -> float:
   """PROBE_TIMEOUT_S, or the positive number of seconds NASCLI_RAY_PROBE_TIMEOUT_S gives."""
-  try:
-    value = float(os.environ.get(PROBE_TIMEOUT_ENV, PROBE_TIMEOUT_S))
-  except ValueError:
-    return PROBE_TIMEOUT_S
-  return value if value > 0 and math.isfinite(value) else PROBE_TIMEOUT_S
+  return checks.env_seconds(PROBE_TIMEOUT_ENV, PROBE_TIMEOUT_S)
 
 
 def probe(address: str) -> None:
