@@ -145,13 +145,16 @@ def cpu_model() -> str:
 
 
 def device_of(target_device_type: str, gpu_name: str | None, source: str,
-              num_threads: int | None = None) -> dict[str, Any]:
+              num_threads: int | None = None, input_size: int | None = None
+              ) -> dict[str, Any]:
   """The `latency_device` a trial's results name: where its latency was measured."""
   device = gpu_name or cpu_model()
   if num_threads is not None:
     device += f" (TFLite interpreter, {num_threads} thread{'s' if num_threads > 1 else ''})"
   return {"host": socket.gethostname(), "device": device,
-          "target_device_type": target_device_type, "source": source}
+          "target_device_type": target_device_type, "source": source,
+          **({"num_threads": num_threads} if num_threads is not None else {}),
+          **({"input_size": input_size} if input_size is not None else {})}
 
 
 # --------------------------------------------------------------------------- the trial's side
@@ -356,7 +359,7 @@ def search_state(job_dir: str) -> tuple[bool, int, str]:
   failed = state.trial_ids(*journal_lib.FAILED_STATUSES)
   busy = state.unfinished() or state.trial_ids(journal_lib.PAUSED)
   what = f"{len(final)} of {max_trials} trials done"
-  ended = (not busy and (len(state.proposals) >= max_trials or len(failed) > max_failed)
+  ended = (not busy and (state.trained_count() >= max_trials or len(failed) > max_failed)
            and not _driver_running(job_dir))
   return ended, state.last_seq, what
 
@@ -400,6 +403,7 @@ class Calculator:
     self.failed: list[str] = []
     self._loaded = False
     self._gpu_name: str | None = None
+    self._input_size: int | None = None  # of the last trial timed (its serving size)
 
   def _load(self) -> None:
     """TensorFlow and Model Garden, on the first trial to measure (GPUs hidden unless the
@@ -418,7 +422,8 @@ class Calculator:
 
   def device(self) -> dict[str, Any]:
     tflite = self.args.num_threads if self.args.target_device_type == "cpu-tflite" else None
-    return device_of(self.args.target_device_type, self._gpu_name, "calculator", tflite)
+    return device_of(self.args.target_device_type, self._gpu_name, "calculator", tflite,
+                     input_size=self._input_size)
 
   def run(self) -> dict[str, Any]:
     args = self.args
@@ -502,6 +507,7 @@ class Calculator:
     from tf_vision.serving import device_latency
     try:
       params, model, restored = device_latency.load_trial_model(folder)
+      self._input_size = int(params.task.model.input_size[0])
       report = self.target.measure(self.options, params, model)
     finally:
       tf_keras.backend.clear_session()  # one trial's graph and names are not the next one's

@@ -106,14 +106,14 @@ def with_architecture(run: RunSpec) -> RunSpec:
   return dataclasses.replace(
       run, architecture=None, model=run.model if run.experiment else binding.model,
       experiment=run.experiment or binding.experiment,
-      options=_merge(run.options, binding.backbone_override(block_specs)))
+      options=merge(run.options, binding.backbone_override(block_specs)))
 
 
-def _merge(a: dict, b: dict) -> dict:
+def merge(a: dict, b: dict) -> dict:
   """Nested dict merge, b winning."""
   out = dict(a)
   for k, v in b.items():
-    out[k] = _merge(out[k], v) if isinstance(v, dict) and isinstance(out.get(k), dict) else v
+    out[k] = merge(out[k], v) if isinstance(v, dict) and isinstance(out.get(k), dict) else v
   return out
 
 
@@ -289,7 +289,7 @@ def train_search_trials(args: TrainArgs, job_dir: str, trial_numbers: str,
       checkpoint = tf.train.latest_checkpoint(readable)
       if checkpoint is None:
         raise NascliError(f"trial {trial.trial_id} of {job_dir} has no checkpoint to start from")
-      options = _merge(options, {"task": {"init_checkpoint": checkpoint,
+      options = merge(options, {"task": {"init_checkpoint": checkpoint,
                                           "init_checkpoint_modules": "backbone"}})
     results.append(train(dataclasses.replace(
         args, run=dataclasses.replace(trial_run, options=options),

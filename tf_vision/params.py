@@ -396,6 +396,8 @@ def _apply_proxy(params: cfg.ExperimentConfig, proxy: Any, explicit: dict[str, s
     if proxy.image_size < 1:
       raise NascliError(f"{what}: image_size must be at least 1, got {proxy.image_size}")
     channels = list(params.task.model.input_size)[2:] or [3]
+    if getattr(params.task, "latency_input_size", 0) is None:  # served at the recipe's size
+      params.task.latency_input_size = int(params.task.model.input_size[0])
     params.task.model.input_size = [proxy.image_size, proxy.image_size] + channels
     explicit["task.model.input_size"] = what
   fraction = proxy.train_data_fraction

@@ -7,7 +7,7 @@ on names.
 """
 
 import dataclasses
-from typing import Callable
+from typing import Callable, Optional
 
 from official.core import config_definitions as cfg
 from official.core import exp_factory, task_factory
@@ -33,7 +33,15 @@ def register_task_upgrade(config_cls: type):
 
 
 @dataclasses.dataclass
-class ImageClassificationTask(ic.ImageClassificationTask):
+class ServingSize(hyperparams.Config):
+  """The side of the square input the model will serve at, where latency is timed; None: the
+  training input size. A proxy task that trains smaller keeps the recipe's size here, so its
+  trials are still timed at the size the model serves (tf_vision/params.py)."""
+  latency_input_size: Optional[int] = None
+
+
+@dataclasses.dataclass
+class ImageClassificationTask(ic.ImageClassificationTask, ServingSize):
   """Model Garden's classification task config whose backbone one-of knows nascli's backbones."""
   model: nascli_backbones.ImageClassificationModel = dataclasses.field(
       default_factory=nascli_backbones.ImageClassificationModel)
@@ -52,7 +60,7 @@ class RetinaNet(rn.RetinaNet):
 
 
 @dataclasses.dataclass
-class RetinaNetTask(rn.RetinaNetTask):
+class RetinaNetTask(rn.RetinaNetTask, ServingSize):
   """Model Garden's RetinaNet task config with nascli's wider RetinaNet model config."""
   model: RetinaNet = dataclasses.field(default_factory=RetinaNet)
 

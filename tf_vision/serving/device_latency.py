@@ -37,13 +37,11 @@ TFLITE_SIGNATURE = 'serving_default'
 
 
 def load_trial_model(trial_dir: str) -> tuple[cfg.ExperimentConfig, tf_keras.Model, bool]:
-  """(params, model, restored) of a trial folder: the model its params.yaml builds, with the
+  """(params, model, restored) of a trial folder: the model its params.yaml builds at the
+  size it will serve (export_lib.serving_size_of: a proxy's trials trained smaller), with the
   weights of its latest checkpoint when the folder has one (`restored`)."""
-  params = model_dir_lib.load_params(trial_dir)
-  module = export_lib.get_export_module_cls(params.task)(
-      params=params, batch_size=1, input_image_size=export_lib.image_size_of(params),
-      input_type='image_tensor', num_channels=3)
-  model = module.model
+  params = export_lib.at_serving_size(model_dir_lib.load_params(trial_dir))
+  model = export_lib.serving_model(params)
   checkpoint = tf.train.latest_checkpoint(trial_dir)
   if checkpoint:
     tf.train.Checkpoint(model=model).read(checkpoint).expect_partial()

@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Callable, Sequence
 
 import tensorflow as tf
+import tf_keras
 # No public switch for this in tf_keras 2.20; it is what Model.save passes down.
 from tf_keras.src.saving.legacy.saved_model import utils as keras_saved_model_utils
 
@@ -119,6 +120,32 @@ def _image_size(params: cfg.ExperimentConfig,
 def image_size_of(params: cfg.ExperimentConfig) -> list[int]:
   """[height, width] the model of `params` is served at."""
   return _image_size(params, None)
+
+
+def serving_size_of(params: cfg.ExperimentConfig, override: int | None = None) -> int:
+  """The side of the input latency is timed at: `override` (a search's --latency_input_size),
+  else the config's task.latency_input_size, else its training input size."""
+  size = override or getattr(params.task, 'latency_input_size', None)
+  return int(size) if size else int(image_size_of(params)[0])
+
+
+def at_serving_size(params: cfg.ExperimentConfig,
+                    override: int | None = None) -> cfg.ExperimentConfig:
+  """A copy of `params` whose model input is the serving size (the same params when it is)."""
+  size = serving_size_of(params, override)
+  if image_size_of(params) == [size, size]:
+    return params
+  served = copy.deepcopy(params)
+  channels = list(served.task.model.input_size)[2:] or [3]
+  served.task.model.input_size = [size, size] + channels
+  return served
+
+
+def serving_model(params: cfg.ExperimentConfig) -> tf_keras.Model:
+  """A fresh model of `params` as its ExportModule builds it (batch 1, image_tensor)."""
+  return get_export_module_cls(params.task)(
+      params=params, batch_size=1, input_image_size=image_size_of(params),
+      input_type='image_tensor', num_channels=3).model
 
 
 def _check_export_dir(export_dir: Path, overwrite: bool) -> None:
