@@ -93,7 +93,9 @@ def test_rows_merge_the_journal_with_model_analysis(job):
   wall_1 = by_id['1'].pop('wall_s')
   assert by_id['1'] == {
       'trial_id': '1', 'status': 'completed', 'reward': 0.5, 'accuracy': 0.55,
-      'accuracy_metric': 'accuracy', 'latency_ms': 2.0, 'flops': 1_200_000, 'params': 31000,
+      'accuracy_metric': 'accuracy', 'latency_ms': 2.0,
+      # A job from before trials named their latency's device: timed in the trial, as then.
+      'latency_source': 'measured in the trial', 'flops': 1_200_000, 'params': 31000,
       'seconds': 12.5, 'nas_params': ARCHS['1'], 'trial_dir': str(job_dir / '1')}
   # wall_s: the driver's measurement when journaled, else the journal's start-to-end time.
   assert 0 <= wall_1 < 60
@@ -400,7 +402,8 @@ def test_list_trials_sorts_by_reward(job, capsys):
   assert cells == ['2', 'completed', '0.8000', '0.8500', '1.500', '45,000', '2M', '240.0']
   header = next(l for l in out.splitlines() if 'trial_id' in l)
   assert [c.strip() for c in header.strip('┃ ').split('┃')] == [
-      'trial_id', 'status', 'reward', 'accuracy', 'latency_ms', 'params', 'flops', 'wall_s']
+      'trial_id', 'status', 'reward', 'accuracy', 'latency_ms (measured in the trial)', 'params',
+      'flops', 'wall_s']
   assert '3 completed, 1 failed_with_nan, 1 running, 1 pending' in out
 
 
@@ -416,8 +419,8 @@ def test_list_trials_names_the_metric_of_a_detection_search(tmp_path, capsys):
   assert main(['list_trials', str(job_dir)]) == 0
   out = capsys.readouterr().out
   header = _cells(next(l for l in out.splitlines() if 'trial_id' in l))
-  assert header == ['trial_id', 'status', 'reward', 'AP', 'latency_ms', 'params', 'flops',
-                    'wall_s']
+  assert header == ['trial_id', 'status', 'reward', 'AP', 'latency_ms (measured in the trial)',
+                    'params', 'flops', 'wall_s']
   assert 'accuracy' not in out
   assert main(['list_trials', str(job_dir), '--json']) == 0
   rows = {r['trial_id']: r for r in json.loads(capsys.readouterr().out)}
@@ -443,8 +446,8 @@ def test_piped_list_trials_table_is_whole(tmp_path):
   assert '…' not in proc.stdout and len(str(job_dir)) > 200
   assert lines[0] == f'{job_dir}: 3 completed, 1 failed_with_nan, 1 running, 1 pending'
   header = _cells(next(l for l in lines if 'trial_id' in l))
-  assert header == ['trial_id', 'status', 'reward', 'AP', 'latency_ms', 'params', 'flops',
-                    'wall_s']
+  assert header == ['trial_id', 'status', 'reward', 'AP', 'latency_ms (measured in the trial)',
+                    'params', 'flops', 'wall_s']
   rows = [_cells(l) for l in lines if l.startswith('│')]
   assert rows[0] == ['2', 'completed', '0.8000', '0.8500', '1.500', '45,000', '2M', '240.0']
   assert [r[:2] for r in rows[3:]] == [['3', 'failed_with_nan'], ['5', 'running'],

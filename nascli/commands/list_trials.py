@@ -16,8 +16,9 @@ from nascli.commands.options import flag
 from nascli.errors import NascliError
 
 STATUS_HELP = ("Only trials with this status: completed, stopped (early stopping), failed,"
-               " failed_with_nan, infeasible, interrupted, running, pending, paused (a rung"
-               " reported, awaiting its decision) (repeatable or comma-separated).")
+               " failed_with_nan, infeasible, over_target (predicted over the latency target:"
+               " not trained), interrupted, running, pending, paused (a rung reported, awaiting"
+               " its decision) (repeatable or comma-separated).")
 # The table's columns (row keys): `accuracy` is headed by the metric it is (accuracy, AP),
 # `wall_s` is the trial's wall time (its last attempt, process start to end).
 COLUMNS = ("trial_id", "status", "reward", "accuracy", "latency_ms", "params", "flops",
@@ -48,6 +49,7 @@ def list_trials(
   # pylint: disable=g-import-not-at-top
   from nascli.search import journal as journal_lib
   from nascli.search import results
+  from nascli.search import summary
   wanted = _statuses(status or [], journal_lib.FINAL_STATUSES + (
       journal_lib.INTERRUPTED, journal_lib.RUNNING, journal_lib.PENDING, journal_lib.PAUSED))
   journal = journal_lib.journal_for(job_dir)
@@ -75,7 +77,12 @@ def list_trials(
   # The summary is a line of its own: as the table's title, Rich would wrap it to the table.
   out.print(_summary(job_dir, all_rows, len(rows)), soft_wrap=True, highlight=False,
             markup=False)
-  out.print(trials_table(rows))
+  out.print(trials_table(rows, state=state))
+  # What the latencies are, a noisy one's footnote, and the target's outcome (of every trial,
+  # whatever the filter showed).
+  outcome = summary.target_outcome(state, rows=all_rows)
+  for line in summary.latency_notes(rows, state) + ([outcome] if outcome else []):
+    out.print(line, soft_wrap=True, highlight=False, markup=False)
   _say_where_the_report_is(job_dir)
 
 
@@ -139,8 +146,14 @@ def _si(value: float) -> str:
   return f"{value:.3g}"
 
 
-def trials_table(rows: Sequence[dict], title: Optional[str] = None) -> Table:
-  """The trial rows (`nascli.search.results.trial_rows`) as a Rich table, in the given order."""
+def trials_table(rows: Sequence[dict], title: Optional[str] = None, state: Any = None
+                 ) -> Table:
+  """The trial rows (`nascli.search.results.trial_rows`) as a Rich table, in the given order.
+  The latency column's header names the latency's source when the rows share one, else a
+  `latency_source` column does; a noisy measurement is marked (summary.NOISY_MARK)."""
+  # pylint: disable=g-import-not-at-top
+  from nascli.search import results
+  from nascli.search import summary
   table = Table(title=title, title_justify="left")
   columns = COLUMNS
   if any(PARETO_COLUMN in row for row in rows):
@@ -148,12 +161,22 @@ def trials_table(rows: Sequence[dict], title: Optional[str] = None) -> Table:
   if any(STEP_COLUMN in row for row in rows):
     at = columns.index("status") + 1
     columns = columns[:at] + (STEP_COLUMN,) + columns[at:]
+  latency_header, per_row = summary.latency_header(rows, "latency_ms", state)
+  if per_row:
+    at = columns.index("latency_ms") + 1
+    columns = columns[:at] + ("latency_source",) + columns[at:]
   for column in columns:
-    numeric = column not in ("trial_id", "status", PARETO_COLUMN)
-    header = metric_name(rows) if column == "accuracy" else column
+    numeric = column not in ("trial_id", "status", PARETO_COLUMN, "latency_source")
+    header = {"accuracy": metric_name(rows), "latency_ms": latency_header}.get(column, column)
     table.add_column(header, justify="right" if numeric else "left", no_wrap=True)
   for row in rows:
-    table.add_row(*(_fmt(c, row.get(c)) for c in columns))
+    cells = [_fmt(c, row.get(c)) for c in columns]
+    if row.get("latency_source") is not None and "latency_source" in columns:
+      cells[columns.index("latency_source")] = results.latency_tag(
+          row.get(results.LATENCY_DEVICE_COLUMN), state)
+    if results.is_noisy(row) and row.get("latency_ms") is not None:
+      cells[columns.index("latency_ms")] += summary.NOISY_MARK
+    table.add_row(*cells)
   return table
 
 

@@ -42,6 +42,7 @@ td.arch{font-family:ui-monospace,monospace;font-size:.75rem;color:#333}
 pre{background:#f6f6f6;padding:.8rem;overflow:auto;font-size:.8rem}
 .status-completed{color:#1a7f37}.status-stopped{color:#777}
 .status-failed,.status-failed_with_nan,.status-infeasible{color:#c62828}
+.status-over_target{color:#c45a00}
 """
 
 # Draws every figure of the page and makes every table.sortable sortable by a header click

@@ -18,8 +18,15 @@ from nascli.report import importance as importance_lib
 from nascli.report.page import Cell, Column, Page, finite
 from nascli.search import pareto as pareto_lib
 from nascli.search import results
+from nascli.search import summary
 from nascli.search.job_state import COMPLETED, FAILED_STATUSES, FINAL_STATUSES, STOPPED
 from nascli.search.job_state import JobState
+from nascli.search.results import OVER_TARGET
+
+# A proposal predicted over the latency target and not trained (issue 46): how it is drawn.
+NOT_TRAINED = 'not trained: predicted over the target'
+_OVER_MARKER = {'color': 'rgba(0,0,0,0)', 'symbol': 'triangle-right', 'size': 10,
+                'line': {'color': '#c45a00', 'width': 1.5}}
 
 TRAIN_METRICS = 'train_metrics.jsonl'  # tf_vision.train_lib.METRICS_FILE
 VALIDATION_CURVE = 'validation_curve.jsonl'  # tf_vision.train_lib.CURVE_FILE
@@ -51,11 +58,15 @@ def architecture(row: Mapping[str, Any]) -> str:
 
 
 def _hover(row: Mapping[str, Any], metric: str) -> str:
-  lines = [f'trial {row["trial_id"]} ({row["status"]})']
-  for key, label in (('reward', 'reward'), ('accuracy', metric), ('latency_ms', 'latency ms'),
-                     ('step', 'step')):
+  skipped = row['status'] == OVER_TARGET
+  lines = [f'trial {row["trial_id"]} ({NOT_TRAINED if skipped else row["status"]})']
+  for key, label in (('reward', 'penalty reward' if skipped else 'reward'), ('accuracy', metric),
+                     ('latency_ms', 'latency ms'), ('step', 'step')):
     if row.get(key) is not None:
       lines.append(f'{label} {_fmt(row[key])}')
+      if key == 'latency_ms':  # what that latency is: predicted or measured, where
+        lines[-1] += ' (noisy)' if results.is_noisy(row) else ''
+        lines.append(str(row.get('latency_source') or results.latency_label(None)))
   arch = decisions(row)
   # A few decisions per line: hover boxes wider than the plot are cut off.
   lines += [', '.join(arch[i:i + 4]) for i in range(0, len(arch), 4)]
@@ -109,6 +120,7 @@ def progress_figures(state: JobState, rows: Sequence[Mapping[str, Any]], metric:
   done = [r for r in rows if r['status'] == COMPLETED and r.get('reward') is not None]
   stopped = [r for r in rows if r['status'] == STOPPED and r.get('reward') is not None]
   failed = [r for r in rows if r['status'] in FAILED_STATUSES]
+  skipped = [r for r in rows if r['status'] == OVER_TARGET]
   low = min((r['reward'] for r in done + stopped), default=0.0)
   figures = []
   for fig_id, title, axis, where in (
@@ -123,8 +135,8 @@ def progress_figures(state: JobState, rows: Sequence[Mapping[str, Any]], metric:
              'marker': {'color': _BLUE, 'size': 9}}]
     line_x, line_y = _best_so_far([(x, r['reward']) for r, x in placed])
     if line_x:
-      last = max([x for _, x in placed] + [v for v in (where(r) for r in stopped + failed)
-                                           if v is not None])
+      last = max([x for _, x in placed] + [v for v in (where(r) for r in stopped + failed
+                                                       + skipped) if v is not None])
       data.append({'type': 'scatter', 'mode': 'lines', 'name': 'best so far',
                    'x': line_x + [last], 'y': line_y + [line_y[-1]], 'hoverinfo': 'skip',
                    'line': {'shape': 'hv', 'color': _ORANGE}})
@@ -143,6 +155,13 @@ def progress_figures(state: JobState, rows: Sequence[Mapping[str, Any]], metric:
                    'text': [f'trial {r["trial_id"]} {r["status"]}' for r, _ in placed_fail],
                    'hoverinfo': 'text', 'customdata': [str(r['trial_id']) for r, _ in placed_fail],
                    'marker': {'color': _RED, 'symbol': 'x', 'size': 9}})
+    placed_skip = [(r, where(r)) for r in skipped if where(r) is not None]
+    if placed_skip:  # their penalty is no result: along the bottom, as failed trials are
+      data.append({'type': 'scatter', 'mode': 'markers', 'name': NOT_TRAINED,
+                   'x': [x for _, x in placed_skip], 'y': [low] * len(placed_skip),
+                   'text': [_hover(r, metric) for r, _ in placed_skip], 'hoverinfo': 'text',
+                   'customdata': [str(r['trial_id']) for r, _ in placed_skip],
+                   'marker': _OVER_MARKER})
     figures.append({'id': fig_id, 'data': data,
                     'layout': _layout(title, axis, 'reward')})
   return figures
@@ -171,12 +190,16 @@ def tradeoff_figures(state: JobState, rows: Sequence[Mapping[str, Any]], metric:
   else:
     pairs = [('reward', pareto_lib.Objective('reward', 'max'),
               pareto_lib.Objective('latency_ms', 'min'))]
-  target = finite(((state.settings or {}).get('trial') or {}).get('target_device_latency_ms'))
+  target = summary.target_of(state)
   figures = []
   for n, (y_key, y_obj, x_obj) in enumerate(pairs):
     done = [r for r in rows if r['status'] == COMPLETED and finite(r.get(y_key)) is not None
             and finite(r.get(x_obj.metric)) is not None]
-    if not done:
+    # Not trained: at their predicted latency, along the bottom (a penalty is no result).
+    skipped = ([r for r in rows if r['status'] == OVER_TARGET
+                and finite(r.get('latency_ms')) is not None]
+               if x_obj.metric == 'latency_ms' else [])
+    if not done and not skipped:
       continue
     front = _front_ids(done, (y_obj, x_obj))
     on = sorted((r for r in done if str(r['trial_id']) in front),
@@ -193,7 +216,15 @@ def tradeoff_figures(state: JobState, rows: Sequence[Mapping[str, Any]], metric:
              'customdata': [str(r['trial_id']) for r in on],
              'line': {'shape': 'hv' if x_obj.direction == 'min' else 'linear', 'color': _ORANGE},
              'marker': {'color': _ORANGE, 'size': 11, 'symbol': 'diamond'}}]
-    layout = _layout(f'{label} against {x_obj.metric}', x_obj.metric, label)
+    if skipped:
+      low = min((r[y_key] for r in done), default=finite(skipped[0].get(y_key)) or 0.0)
+      data.append({'type': 'scatter', 'mode': 'markers', 'name': f'{NOT_TRAINED} ({len(skipped)})',
+                   'x': [r['latency_ms'] for r in skipped], 'y': [low] * len(skipped),
+                   'text': [_hover(r, metric) for r in skipped], 'hoverinfo': 'text',
+                   'customdata': [str(r['trial_id']) for r in skipped], 'marker': _OVER_MARKER})
+    x_title = (latency_axis(state, done + skipped) if x_obj.metric == 'latency_ms'
+               else x_obj.metric)
+    layout = _layout(f'{label} against {x_obj.metric}', x_title, label)
     if target is not None and x_obj.metric == 'latency_ms':
       layout['shapes'] = [{'type': 'line', 'xref': 'x', 'yref': 'paper', 'x0': target,
                            'x1': target, 'y0': 0, 'y1': 1,
@@ -204,6 +235,18 @@ def tradeoff_figures(state: JobState, rows: Sequence[Mapping[str, Any]], metric:
     figures.append({'id': f'tradeoff-{n}' if n else 'tradeoff', 'data': data,
                     'layout': layout})
   return figures
+
+
+def latency_axis(state: JobState, rows: Sequence[Mapping[str, Any]]) -> str:
+  """The latency axis's title: what the latency is (`latency ms: predicted by latency model
+  lm.json (cpu-tflite, 1 thread, 32x32)`), or that the points differ (hover says each)."""
+  labels = {results.latency_label(r.get(results.LATENCY_DEVICE_COLUMN), state, short=True)
+            for r in rows if r.get('latency_ms') is not None}
+  if len(labels) == 1:
+    return f'latency ms: {labels.pop()}'
+  if not labels:
+    return 'latency ms'
+  return f'latency ms ({len(labels)} sources: hover a point for its own)'
 
 
 def _jsonl(path: str) -> list[dict[str, Any]]:
@@ -379,17 +422,21 @@ def _link(job_dir: str, trial_id: str) -> str:
   return f'{trial_id}/'
 
 
-def trial_table(page: Page, job_dir: str, rows: Sequence[Mapping[str, Any]], metric: str
-                ) -> None:
-  """Every trial, best reward first; click a header to sort."""
+def trial_table(page: Page, job_dir: str, rows: Sequence[Mapping[str, Any]], metric: str,
+                state: JobState | None = None) -> None:
+  """Every trial, best reward first; click a header to sort. The latency header names the
+  latency's source when the trials share one, else a column does; a noisy one is marked."""
+  latency_header, per_row = summary.latency_header(rows, 'latency ms', state)
   keys = [('trial_id', Column('trial')), ('status', Column('status', numeric=False))]
   if any('step' in r for r in rows):
     keys.append(('step', Column('step')))
   keys.append(('reward', Column('reward')))
   if any('pareto' in r for r in rows):
     keys.append(('pareto', Column('Pareto', numeric=False)))
-  keys += [('accuracy', Column(metric)), ('latency_ms', Column('latency ms')),
-           ('flops', Column('FLOPs')), ('params', Column('params')),
+  keys += [('accuracy', Column(metric)), ('latency_ms', Column(latency_header))]
+  if per_row:
+    keys.append(('latency_source', Column('latency source', numeric=False)))
+  keys += [('flops', Column('FLOPs')), ('params', Column('params')),
            ('seconds', Column('train s')), ('wall_s', Column('wall s')),
            ('nas_params', Column('architecture', numeric=False, css='arch'))]
   table_rows = []
@@ -402,7 +449,15 @@ def trial_table(page: Page, job_dir: str, rows: Sequence[Mapping[str, Any]], met
         cells.append(Cell(trial_id, int(trial_id) if trial_id.isdigit() else trial_id,
                           href=_link(job_dir, trial_id)))
       elif key == 'status':
-        cells.append(Cell(str(value), str(value), css=f'status-{value}'))
+        text = f'{value} (not trained)' if value == OVER_TARGET else str(value)
+        cells.append(Cell(text, str(value), css=f'status-{value}'))
+      elif key == 'latency_ms' and value is not None:
+        cells.append(Cell(summary.latency_text(value, row.get(results.LATENCY_DEVICE_COLUMN)),
+                          finite(value)))
+      elif key == 'latency_source':
+        tag = (results.latency_tag(row.get(results.LATENCY_DEVICE_COLUMN), state)
+               if row.get('latency_ms') is not None else '')
+        cells.append(Cell(tag, tag))
       elif key == 'pareto':
         cells.append(Cell('yes' if value else '-', 'yes' if value else ''))
       elif key == 'nas_params':
@@ -425,6 +480,10 @@ def _summary(state: JobState, rows: Sequence[Mapping[str, Any]]) -> str:
   return text + f'; written {now}.'
 
 
+def _target_drawn(figures: Sequence[Mapping[str, Any]]) -> bool:
+  return any(f['layout'].get('shapes') for f in figures)
+
+
 def build(job_dir: str, state: JobState, rows: Sequence[Mapping[str, Any]],
           cache: dict[str, Any] | None = None) -> Page:
   """The whole page of the search job at `job_dir` (rows: `results.trial_rows`); `cache`, kept
@@ -432,13 +491,22 @@ def build(job_dir: str, state: JobState, rows: Sequence[Mapping[str, Any]],
   metric = next((r['accuracy_metric'] for r in rows if r.get('accuracy_metric')), 'accuracy')
   name = job_dir.rstrip('/').rsplit('/', 1)[-1]
   page = Page(f'nascli search {name}', _summary(state, rows))
+  outcome = summary.target_outcome(state, rows=rows)
+  if outcome:  # the first thing a latency-constrained search must say
+    page.text(outcome[0].upper() + outcome[1:] + '.', css='summary')
   page.heading('Progress', 'Each completed trial\'s reward and the best so far; hover a point'
                ' for its trial and architecture.')
   page.plots(*progress_figures(state, rows, metric))
   tradeoff = tradeoff_figures(state, rows, metric)
   if tradeoff:
     page.heading('Trade-off against latency', 'The Pareto front: no other completed trial is'
-                 ' at least as good on both axes. The dashed line is the latency target.')
+                 ' at least as good on both axes.'
+                 + (' The dashed line is the latency target.' if _target_drawn(tradeoff)
+                    else '')
+                 + (f' Hollow triangles: {NOT_TRAINED}, at their predicted latency along the'
+                    ' bottom (their reward is the penalty).'
+                    if any(t.get('name', '').startswith(NOT_TRAINED)
+                           for f in tradeoff for t in f['data']) else ''))
     page.plots(*tradeoff)
   cache = {} if cache is None else cache
   curves = curve_figures(job_dir, state, rows, metric, cache.setdefault('curves', {}))
@@ -450,9 +518,13 @@ def build(job_dir: str, state: JobState, rows: Sequence[Mapping[str, Any]],
   page.heading('Which decisions matter', note)
   if figures:
     page.plots(*figures)
-  page.heading('Trials', 'Best reward first; click a column to sort, a trial to open its'
-               ' folder.')
-  trial_table(page, job_dir, rows, metric)
+  page.heading('Trials', 'Best reward first'
+               + ('; then the proposals not trained, predicted over the target'
+                  if any(r['status'] == OVER_TARGET for r in rows) else '')
+               + '; click a column to sort, a trial to open its folder.')
+  trial_table(page, job_dir, rows, metric, state)
+  for note in summary.latency_notes(rows, state):
+    page.text(note)
   settings = dict(state.settings or {})
   if state.early_stopping:
     settings['early_stopping_chosen'] = state.early_stopping

@@ -29,6 +29,7 @@ import tempfile
 import time
 from typing import Any, Iterable, Mapping, Sequence
 
+from nascli import latency_source
 from nascli import storage
 from nascli.errors import InputError
 from nascli.errors import NascliError
@@ -40,6 +41,7 @@ from nascli.search.journal import COMPLETED
 from nascli.search.journal import FAILED_STATUSES
 from nascli.search.journal import JobState
 from nascli.search.journal import MEASURED  # the columns a trial measures
+from nascli.search.journal import OVER_TARGET  # predicted over the latency target: not trained
 from nascli.search.journal import STOPPED
 
 logger = logging.getLogger(__name__)
@@ -48,8 +50,10 @@ logger = logging.getLogger(__name__)
 # `accuracy_metric` names (top-1 `accuracy` for classification, COCO `AP` for detection);
 # `seconds` is the trial's training and final evaluation, `wall_s` its last attempt's wall time
 # from process start to end (export, latency and start-up included).
-COLUMNS = ('trial_id', 'status', 'reward', 'accuracy', 'accuracy_metric', 'latency_ms', 'flops',
-           'params', 'seconds', 'wall_s', 'nas_params', 'trial_dir')
+# `latency_source` says what `latency_ms` is (nascli.latency_source.describe: predicted by which
+# latency model, or measured by whom, on which runtime, at which input size).
+COLUMNS = ('trial_id', 'status', 'reward', 'accuracy', 'accuracy_metric', 'latency_ms',
+           'latency_source', 'flops', 'params', 'seconds', 'wall_s', 'nas_params', 'trial_dir')
 TABLE_JSON = 'trials.json'
 TABLE_CSV = 'trials.csv'
 PROGRESS_PLOT = 'search_progress.png'
@@ -67,7 +71,9 @@ EARLY_STOPPING_COLUMNS = ('step',)
 # ({attempt, ended, node_id, host, ip}; JobState.nodes).
 NODE_COLUMNS = ('nodes',)
 # Trials that name where their latency was measured (journaled since issue 27) add
-# `latency_device`: {host, device, target_device_type, source: trial | calculator}.
+# `latency_device`: {host, device, target_device_type, source, input_size, num_threads, model,
+# noisy} (nascli/latency_source.py); `noisy` is true where the measurement's spread stayed
+# large (also when only the trial's model_analysis.json `latency` report says so).
 LATENCY_DEVICE_COLUMN = 'latency_device'
 # Trials with a reward and metrics: completed, or stopped early with its last rung's.
 RESULT_STATUSES = (COMPLETED, STOPPED)
@@ -99,16 +105,19 @@ def trial_rows(job_dir: str | os.PathLike[str], state: JobState) -> list[dict[st
   job_dir = _job_dir(job_dir)
   space_metric = _space_metric((state.settings or {}).get('search_space'))
   rows = []
+  devices: dict[str, dict[str, Any] | None] = {}
   for trial_id, proposal in state.proposals.items():
     status = state.status[trial_id]
     trial_dir = storage.join(job_dir, trial_id)
     completed = status in RESULT_STATUSES
-    journaled = state.metrics.get(trial_id, {}) if completed else {}
+    # Predicted over the target and not trained: the predicted latency and the penalty reward.
+    skipped = status == OVER_TARGET
+    journaled = state.metrics.get(trial_id, {}) if completed or skipped else {}
     analysis = None
     row: dict[str, Any] = {
         'trial_id': trial_id,
         'status': status,
-        'reward': _number(state.rewards.get(trial_id)) if completed else None,
+        'reward': _number(state.rewards.get(trial_id)) if completed or skipped else None,
     }
     for key in MEASURED:
       value = _number(journaled.get(key))
@@ -127,6 +136,9 @@ def trial_rows(job_dir: str | os.PathLike[str], state: JobState) -> list[dict[st
     row['accuracy_metric'] = metric if isinstance(metric, str) else space_metric
     row['nas_params'] = dict(proposal.nas_params)
     row['trial_dir'] = trial_dir
+    devices[trial_id] = _latency_device(journaled, analysis)
+    row['latency_source'] = (None if row['latency_ms'] is None else
+                             latency_label(devices[trial_id], state))
     rows.append({key: row[key] for key in COLUMNS})
   if has_early_stopping(state):
     rows = [_with_step(row, state) for row in rows]
@@ -135,11 +147,66 @@ def trial_rows(job_dir: str | os.PathLike[str], state: JobState) -> list[dict[st
     rows = _with_front(rows, pareto_lib.front_of(rows, objectives, state.completion_order))
   if state.nodes:
     rows = [{**row, 'nodes': list(state.nodes.get(row['trial_id'], []))} for row in rows]
-  devices = {t: m['latency_device'] for t, m in state.metrics.items()
-             if isinstance(m.get('latency_device'), dict)}
-  if devices:  # where each latency was measured (nascli/latency_calculator.py: device_of)
-    rows = [{**row, LATENCY_DEVICE_COLUMN: devices.get(row['trial_id'])} for row in rows]
+  if any(devices.values()):  # where each latency was measured (nascli/latency_source.py)
+    rows = [{**row, LATENCY_DEVICE_COLUMN: devices[row['trial_id']]} for row in rows]
   return rows
+
+
+def _latency_device(journaled: Mapping[str, Any],
+                    analysis: Mapping[str, Any] | None) -> dict[str, Any] | None:
+  """The trial's latency_device as the journal has it, else as a model_analysis.json read
+  anyway has it; `noisy` (and `spread`) from the analysis's `latency` report where the device
+  lacks them (the file is not fetched for that alone: one object per trial on gs://)."""
+  device = journaled.get(LATENCY_DEVICE_COLUMN)
+  if not isinstance(device, Mapping) and analysis:
+    device = analysis.get(LATENCY_DEVICE_COLUMN)
+  if not isinstance(device, Mapping):
+    return None
+  device = dict(device)
+  report = (analysis or {}).get('latency')
+  if isinstance(report, Mapping) and report.get('noisy') and 'noisy' not in device:
+    device['noisy'] = True
+    if _number(report.get('spread')) is not None:
+      device.setdefault('spread', report['spread'])
+  return device
+
+
+def latency_label(device: Mapping[str, Any] | None, state: JobState | None = None,
+                  short: bool = False) -> str:
+  """What a latency is (nascli.latency_source.describe). A trial of a job from before trials
+  recorded their latency_device was timed by whom its settings say: in the trial, or by
+  run_latency_calculator_local."""
+  return latency_source.describe(_known_device(device, state), short=short)
+
+
+def _known_device(device: Mapping[str, Any] | None, state: JobState | None) -> Mapping[str, Any]:
+  if device:
+    return device
+  trial = ((state.settings if state else None) or {}).get('trial') or {}
+  return {'source': 'calculator' if trial.get('latency_calculator') == 'external' else 'trial'}
+
+
+def latency_tag(device: Mapping[str, Any] | None, state: JobState | None = None) -> str:
+  """The few words of a column header or an axis: `predicted, cpu-tflite 32x32`,
+  `measured in the trial, cpu 32x32`."""
+  device = _known_device(device, state)
+  source = str(device.get('source') or '')
+  words = {'latency_model': 'predicted', 'trial': 'measured in the trial',
+           'calculator': 'measured by the calculator',
+           'export': 'measured on the export'}.get(source, 'measured')
+  parts = [str(device['target_device_type'])] if device.get('target_device_type') else []
+  size = device.get('input_size')
+  if isinstance(size, (list, tuple)) and len(size) >= 2:
+    parts.append(f'{size[0]}x{size[1]}')
+  elif isinstance(size, int) and not isinstance(size, bool):
+    parts.append(f'{size}x{size}')
+  return ', '.join([words] + ([' '.join(parts)] if parts else []))
+
+
+def is_noisy(row: Mapping[str, Any]) -> bool:
+  """The row's latency was measured with a large spread (the measurement marks it)."""
+  device = row.get(LATENCY_DEVICE_COLUMN)
+  return isinstance(device, Mapping) and bool(device.get('noisy'))
 
 
 def has_early_stopping(state: JobState) -> bool:
@@ -193,11 +260,13 @@ def _space_metric(space: Any) -> str | None:
 
 def sort_by_reward(rows: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
   """Best reward first; trials without a reward after them, all ties in trial order. Trials
-  stopped early come after the completed ones: a partial budget's reward is no rival."""
+  stopped early come after the completed ones: a partial budget's reward is no rival; after
+  them the proposals predicted over the target, whose reward is a penalty, not a result."""
   rows = [dict(r) for r in rows]
   rewarded = [r for r in rows if r.get('reward') is not None]
+  rank = {STOPPED: 1, OVER_TARGET: 2}
   # A stable sort keeps trial order on ties.
-  rewarded.sort(key=lambda r: (r.get('status') == STOPPED, -r['reward']))
+  rewarded.sort(key=lambda r: (rank.get(r.get('status'), 0), -r['reward']))
   return rewarded + [r for r in rows if r.get('reward') is None]
 
 
