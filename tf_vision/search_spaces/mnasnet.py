@@ -7,8 +7,9 @@ pyglove is imported when the space is built: the registration is read by flag ch
 not load it.
 """
 
-from typing import Any
+from typing import Any, Mapping
 
+from tf_vision.search_spaces import cost_features
 from tf_vision.search_spaces import registry
 
 MOBILENET_V2_NUM_REPEATS = (1, 2, 3, 4, 3, 3, 1)
@@ -82,3 +83,59 @@ def mnasnet_search_space(reference: str = 'mobilenet_v2') -> Any:
                      ) from None
   return pg.Dict(blocks=pg.List([_block_space(r, o) for r, o in zip(repeats, filters)]))
 
+
+
+# Fixed by the backbone (tf_vision/modeling/backbones/tunable_mnasnet.py, mnasnet.py): each
+# group's stride, the stem's width and stride, and channel rounding to multiples of 8.
+_GROUP_STRIDES = (1, 2, 2, 2, 1, 2, 1)
+_STEM_FILTERS, _DIVISOR = 32, 8
+_COST_KEYS = ('mac_conv3', 'mac_conv5', 'mac_pointwise', 'mac_depthwise3', 'mac_depthwise5',
+              'ops', 'activations', 'se_blocks', 'se_activations', 'residual_activations',
+              'head_inputs')
+
+
+def _round_filters(filters: float) -> int:
+  """Model Garden's `nn_layers.round_filters` at width 1.0, divisor 8 (no TensorFlow here)."""
+  rounded = max(_DIVISOR, int(filters + _DIVISOR / 2) // _DIVISOR * _DIVISOR)
+  return int(rounded + _DIVISOR if rounded < 0.9 * filters else rounded)
+
+
+@cost_features.register_cost_features('mnasnet')
+def mnasnet_cost_features(nas_params: Mapping[str, Any], input_size: int) -> dict[str, float]:
+  """Multiply-adds by operation kind, activation elements and operation counts of the blocks
+  (the stem and head are the same for every architecture: a latency model's constant)."""
+  blocks: dict[int, dict[str, str]] = {}
+  for key, value in nas_params.items():
+    group, _, field = key.partition('.')
+    blocks.setdefault(int(group[len('blocks['):-1]), {})[field] = cost_features.literal(value)
+  out = dict.fromkeys(_COST_KEYS, 0.0)
+  size, channels = -(-input_size // 2), _STEM_FILTERS
+  for group in sorted(blocks):
+    b = blocks[group]
+    filters = _round_filters(int(b['output_filters']))
+    kernel, expand = int(b['kernel_size']), int(float(b['expand_ratio']))
+    for repeat in range(int(b['num_repeats'])):
+      stride = _GROUP_STRIDES[group] if repeat == 0 else 1
+      out_size = -(-size // stride)
+      if b['block_fn'] == 'conv':
+        out[f'mac_conv{kernel}'] += out_size**2 * kernel**2 * channels * filters
+        out['ops'] += 1
+        out['activations'] += size**2 * channels + out_size**2 * filters
+      else:
+        mid = channels * expand
+        if expand > 1:
+          out['mac_pointwise'] += size**2 * channels * mid
+          out['ops'] += 1
+          out['activations'] += size**2 * (channels + mid)
+        out[f'mac_depthwise{kernel}'] += out_size**2 * kernel**2 * mid
+        out['mac_pointwise'] += out_size**2 * mid * filters
+        out['ops'] += 2
+        out['activations'] += out_size**2 * (2 * mid + filters)
+        if float(b['se_ratio']) > 0:
+          out['se_blocks'] += 1
+          out['se_activations'] += out_size**2 * mid
+        if stride == 1 and channels == filters:
+          out['residual_activations'] += out_size**2 * filters
+      size, channels = out_size, filters
+  out['head_inputs'] = size**2 * channels  # the fixed-width 1x1 head conv reads these
+  return out
