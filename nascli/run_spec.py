@@ -89,6 +89,14 @@ class RunSpec:
 
 
 @dataclasses.dataclass
+class LatencyModelRef:
+  """A search's latency model: its file and `LatencyModel.fingerprint()`, so that a resume with
+  another model (the same path rewritten included) is refused as other settings."""
+  path: str
+  fingerprint: str
+
+
+@dataclasses.dataclass
 class TrialSettings:
   """What every trial of a search runs with: its run, its reward, its measurements. The
   search's settings (journal: what must match on resume) and each trial_spec.json hold it."""
@@ -103,13 +111,24 @@ class TrialSettings:
   # latency_timeout_s seconds; nascli/latency_calculator.py).
   latency_calculator: str = "in_trial"
   latency_timeout_s: float = 600.0
+  # --latency_input_size: the side of the input latency is timed at, the size the model will
+  # serve (tf_vision.serving.export_lib.serving_size_of); None: the config's
+  # task.latency_input_size, else its training input size.
+  latency_input_size: int | None = None
+  # --latency_model: a fitted latency model (nascli/latency_model) predicts every proposal's
+  # latency before it trains (and no trial times itself); under a hard target a proposal
+  # predicted over target * (1 + latency_margin) is not trained (nascli/search/latency_gate.py).
+  latency_model: LatencyModelRef | None = None
+  latency_margin: float = 0.0
   export_every_trial: bool = False  # each trial exports its SavedModel as it ends
   # Evaluations spread over training besides the final one (TrainArgs.curve_points): the
   # validation curves the proxy-task commands correlate; None: the final one only.
   validation_curve_points: int | None = None
 
   def with_absolute_paths(self) -> "TrialSettings":
-    return dataclasses.replace(self, run=self.run.with_absolute_paths())
+    model = self.latency_model and dataclasses.replace(
+        self.latency_model, path=absolute(self.latency_model.path))
+    return dataclasses.replace(self, run=self.run.with_absolute_paths(), latency_model=model)
 
 
 def absolute(path: str | None) -> str | None:

@@ -318,8 +318,14 @@ def test_spinenet_detection_search_smoke(cache, tmp_path):
     assert r["seconds"] < analysis["timing"]["total_s"]
   listed = nascli_subprocess("list_trials", job)
   header = next(l for l in listed.stdout.splitlines() if "trial_id" in l)
-  assert [c.strip() for c in header.strip("┃ ").split("┃")] == [
-      "trial_id", "status", "reward", "AP", "latency_ms", "params", "flops", "wall_s"]
+  header = [c.strip() for c in header.strip("┃ ").split("┃")]
+  assert header[:4] + header[5:] == [
+      "trial_id", "status", "reward", "AP", "params", "flops", "wall_s"]
+  # The latency's header says what it is: timed in the trial, on the serving function's CPU.
+  assert header[4].startswith("latency_ms (measured in the trial, cpu")
+  assert any(l.startswith("latency: measured in the trial (TF serving function, CPU")
+             for l in listed.stdout.splitlines())
+  assert any(l.startswith("target 20 ms: ") for l in listed.stdout.splitlines())
 
 
 @pytest.mark.parametrize("args,culprit,exit_code", [

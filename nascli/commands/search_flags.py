@@ -161,6 +161,17 @@ LatencyCalculator = Annotated[str, typer.Option(
 LatencyTimeout = Annotated[float, typer.Option(
     *flag("latency_timeout_s"), help="With --latency_calculator external: seconds a trial"
     " waits for its latency, then fails naming the calculator.")]
+LatencyModelFile = Annotated[Optional[str], typer.Option(
+    *flag("latency_model"), help="A latency model file (build_latency_model) of the search's"
+    " space and latency input size: every proposal's latency is predicted before it trains"
+    " (no trial times itself); with --latency_constraint hard and a target, a proposal"
+    " predicted over it is not trained (state over_target, not counted in --max_nas_trial)."
+    " search_resume: the previous job's own model where it is now, if it moved (default: the"
+    " path the job recorded).")]
+LatencyMargin = Annotated[float, typer.Option(
+    *flag("latency_margin"), help="With --latency_model and --latency_constraint hard: a"
+    " proposal is over the target when predicted above target * (1 + this fraction); e.g."
+    " 0.1 trains what is predicted up to 10% over, for the model's error.")]
 Objectives = Annotated[Optional[str], typer.Option(
     *flag("objectives"), help="A Pareto front instead of the MnasNet reward: METRIC:max|min,..."
     " of accuracy, latency_ms, flops, params, seconds (e.g. accuracy:max,latency_ms:min).")]
@@ -175,7 +186,8 @@ def search_args(prebuilt_search_space, search_space_module, search_algorithm, se
                 objectives=None, early_stopping="none", min_steps=None, reduction_factor=None,
                 paused_trials_per_worker=1, search_docker_flags=None, trial_timeout=None,
                 warm_start_from=None, latency_calculator=latency_lib.IN_TRIAL,
-                latency_timeout_s=latency_lib.DEFAULT_TIMEOUT_S, **extra):
+                latency_timeout_s=latency_lib.DEFAULT_TIMEOUT_S, latency_model=None,
+                latency_margin=0.0, **extra):
   """The SearchArgs the shared flags describe (`extra`: fields only one command has;
   `search_docker_flags` only name the default job dir: local_main applies them)."""
   job_dir = local_output_dir or default_job_dir(dict(locals()))
@@ -192,11 +204,16 @@ def search_args(prebuilt_search_space, search_space_module, search_algorithm, se
                 params_override=params_override, seed=seed,
                 data=DataSpec(training_data_path=training_data_path,
                               validation_data_path=validation_data_path, dataset_dir=dataset_dir))
+  # The model file is read here (milliseconds, no framework): its fingerprint is a setting.
+  from nascli.search import latency_gate
   trial = TrialSettings(run=run, target_device_latency_ms=target_device_latency_ms,
                         latency_constraint=latency_constraint, latency_weight=latency_weight,
                         export_every_trial=export_every_trial,
                         latency_calculator=latency_calculator,
-                        latency_timeout_s=latency_timeout_s)
+                        latency_timeout_s=latency_timeout_s,
+                        latency_model=(latency_gate.reference(latency_model) if latency_model
+                                       else None),
+                        latency_margin=float(latency_margin or 0.0))
   return SearchArgs(
       job_dir=job_dir,
       search_space=prebuilt_search_space, search_space_module=search_space_module,
@@ -242,6 +259,7 @@ DEFINING_DEFAULTS: dict[str, Any] = {
     "dataset_dir": None, "population_size": None, "tournament_size": None, "objectives": None,
     "early_stopping": "auto", "min_steps": None, "reduction_factor": None,
     "warm_start_from": None, "latency_calculator": latency_lib.IN_TRIAL,
+    "latency_model": None, "latency_margin": 0.0,
 }
 
 
@@ -251,7 +269,7 @@ def _defining_value(name: str, value: Any) -> Any:
     return None
   if name == "config_file":
     return [p if storage.is_gcs(p) else os.path.abspath(p) for p in value]
-  if name in ("dataset_dir", "warm_start_from") and not storage.is_gcs(value):
+  if name in ("dataset_dir", "warm_start_from", "latency_model") and not storage.is_gcs(value):
     return os.path.abspath(value)
   return list(value) if isinstance(value, (list, tuple)) else value
 
@@ -353,6 +371,24 @@ def _latency_calculator(values: dict[str, Any]) -> None:
   timeout = values.get("latency_timeout_s", latency_lib.DEFAULT_TIMEOUT_S)
   if not (math.isfinite(timeout) and timeout > 0):
     raise NascliError(f"--latency_timeout_s must be a positive number of seconds, got {timeout}")
+
+
+@_check
+def _latency_model(values: dict[str, Any]) -> None:
+  """--latency_model: a readable model file (its space and input size are matched once the
+  search's config is built); --latency_margin a fraction >= 0."""
+  margin = values.get("latency_margin", 0.0)
+  if not (math.isfinite(margin) and margin >= 0):
+    raise NascliError(f"--latency_margin must be a fraction >= 0 (0.1: 10% over the target),"
+                      f" got {margin}")
+  path = values.get("latency_model")
+  if not path:
+    return
+  if values.get("latency_calculator", latency_lib.IN_TRIAL) != latency_lib.IN_TRIAL:
+    raise NascliError(f"--latency_model predicts every trial's latency: --latency_calculator"
+                      f" {values['latency_calculator']} would never be asked; give one of them")
+  from nascli import latency_model  # pylint: disable=g-import-not-at-top
+  latency_model.load(path)  # missing, corrupt or truncated: one line naming it
 
 
 @_check

@@ -16,6 +16,8 @@ def search_in_local(
     latency_weight: f.LatencyWeight = 0.07,
     latency_calculator: f.LatencyCalculator = "in_trial",
     latency_timeout_s: f.LatencyTimeout = 600.0,
+    latency_model: f.LatencyModelFile = None,
+    latency_margin: f.LatencyMargin = 0.0,
     local_output_dir: f.OutputDir = None,
     search_docker_flags: f.DockerFlags = None,
     use_prebuilt_trainer: f.PrebuiltTrainer = True,

@@ -60,6 +60,7 @@ def search_resume(
     export_top_k: ExportTopK = None,
     paused_trials_per_worker: PausedTrialsPerWorker = None,
     max_trial_retries: MaxTrialRetries = None,
+    latency_model: f.LatencyModelFile = None,
     ray_address: RayAddress = None,
     num_cpus_per_trial: r.CpusPerTrial = 1.0,
     num_gpus_per_trial: r.GpusPerTrial = 0.0,
@@ -83,8 +84,9 @@ def search_resume(
   from nascli.search import resume
   job_dir = local_output_dir or resume.default_job_dir(previous_job_dir)
   try:
+    model = resume.latency_model_for(previous_job_dir, latency_model)  # before the copy
     settings = resume.prepare(previous_job_dir, job_dir, max_nas_trial)  # copies, once
-    args = resume.search_args(settings, job_dir,
+    args = resume.search_args(settings, job_dir, latency_model=model,
                               **{k: values[k] for k in _MUTABLE_FLAGS})
     print(f"job dir: {job_dir} (continues {previous_job_dir})", file=sys.stderr, flush=True)
     from nascli.search import local_main

@@ -2,7 +2,8 @@
 
 The controller keeps no state of its own on disk. After a crash, `Controller.rebuild` makes a
 fresh algorithm with the same seed and replays the journal's `proposed` and `completed` events
-in journal order, calling `propose` and `feedback` exactly as the first run did, so that the
+(and `over_target`: a proposal predicted over the hard latency target, fed back its penalty) in
+journal order, calling `propose` and `feedback` exactly as the first run did, so that the
 algorithm's random streams, population and counters end where they were and the next
 proposal is the one the uninterrupted search would have made. (pyglove's own
 `DNAGenerator.recover` rebuilds populations but not random-number state, so it cannot promise
@@ -58,6 +59,9 @@ DEFAULT_NSGA2_POPULATION_SIZE = 8
 _REPLAY_MAX_ATTEMPTS = 10_000
 # The journal event of a warm start (nascli/search/warm_start.py, which reads no pyglove).
 WARM_START = 'warm_start'
+# The journal event of a proposal predicted over the hard latency target, not trained
+# (nascli/search/latency_gate.py): fed back its penalty.
+OVER_TARGET = 'over_target'
 
 _ALGORITHMS: dict[str, Callable[..., pg.DNAGenerator]] = {}
 # name -> (fewest, most) objectives it optimizes; most None: any number.
@@ -418,7 +422,11 @@ class Controller:
     self.dna_spec = pg.dna_spec(space)
     self._algorithm = make_algorithm(algorithm, seed, num_objectives, **algo_options)
     self._algorithm.setup(self.dna_spec)
-    self._to_nas_params = to_nas_params or _default_to_nas_params
+    # The default reads the DNA against the spec built here: from the space itself it would
+    # build the spec again per proposal (a quarter second for mnasnet), which a search that
+    # skips many proposals over its latency target pays many times.
+    self._to_nas_params = to_nas_params or (
+        lambda space, dna: _default_to_nas_params(self.dna_spec, dna))
     # Proposed DNAs still waiting for feedback, kept as pyglove objects because evolution
     # reads its bookkeeping from the DNA's metadata.
     self._outstanding: dict[Dna, collections.deque[pg.DNA]] = collections.defaultdict(
@@ -592,8 +600,11 @@ class Controller:
     number, or a list of `num_objectives` numbers), except for a trial that got its feedback
     from a `rung` event marked `feedback` (--early_stopping asha_promotions feeds every trial's
     first-rung reward as it reports, so the rewards the algorithm compares were measured at the
-    same budget). `failed` events get no feedback, as in the first run. A `warm_start` event
-    (`--warm_start_from`, journaled before the first proposal) seeds it first (`warm_start`).
+    same budget). An `over_target` event (--latency_model: the proposal was predicted over the
+    hard latency target and not trained) is fed back its penalty, as the first run told it
+    right after the proposal. `failed` events get no feedback, as in the first run. A
+    `warm_start` event (`--warm_start_from`, journaled before the first proposal) seeds it
+    first (`warm_start`).
 
     Raises:
       ReplayMismatchError: a replayed proposal differs from the journaled one: the search
@@ -613,6 +624,8 @@ class Controller:
         fed.add(event['trial_id'])
       elif kind in ('completed', 'stopped') and event['trial_id'] not in fed:
         ctl.feedback(trial_dna[event['trial_id']], event['reward'])  # stopped: its last rung's
+      elif kind == OVER_TARGET:  # --latency_model: predicted over the hard target, its penalty
+        ctl.feedback(trial_dna[event['trial_id']], event['reward'])
       elif kind == WARM_START:  # --warm_start_from: before any proposal
         ctl.warm_start((p['dna'], p['reward']) for p in event.get('history') or [])
     return ctl

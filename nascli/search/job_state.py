@@ -25,6 +25,13 @@ Events (each also carries "seq", 1, 2, 3, ..., and "time", ISO 8601 UTC):
   interrupted    {trial_id, attempt, signal}: the search was stopped (Ctrl-C, SIGTERM) while
                  the attempt ran; the trial runs again, from its checkpoint, on resume. Readers
                  older than this event see the trial as running, which they re-run too.
+With --latency_model (nascli/search/latency_gate.py), under --latency_constraint hard:
+  over_target    {trial_id, latency_ms, target_ms, margin, reward, latency_device}: the trial,
+                 just proposed, is predicted over target_ms * (1 + margin) and is not trained: a
+                 final state of its own (not a failure, not counted toward --max_nas_trial or
+                 --max_failed_nas_trial, never run); `reward` is the penalty the controller was
+                 told (nascli/search/reward.py: over_target_penalty; with --objectives a list),
+                 `latency_device` the prediction's source (nascli/latency_source.py)
 With early stopping (nascli/search/scheduler.py), a trial trains in rungs, one attempt each:
   started        {trial_id, attempt, rung}: the rung the attempt trains to (0: the first)
   rung           {trial_id, rung, step, reward, metrics}: the attempt trained to `step` and
@@ -71,8 +78,12 @@ from tf_vision.job_status import STOPPED
 # pylint: enable=unused-import
 
 PENDING = 'pending'
+# Predicted over the hard latency target before it trained (`over_target` event): never run.
+OVER_TARGET = 'over_target'
 FAILED_STATUSES = (FAILED, FAILED_WITH_NAN, INFEASIBLE)
-FINAL_STATUSES = (COMPLETED, STOPPED) + FAILED_STATUSES
+# The final states of trials that were trained: what --max_nas_trial counts.
+TRAINED_FINAL_STATUSES = (COMPLETED, STOPPED) + FAILED_STATUSES
+FINAL_STATUSES = TRAINED_FINAL_STATUSES + (OVER_TARGET,)
 UNFINISHED_STATUSES = (PENDING, RUNNING, INTERRUPTED)
 
 # What a trial measures: the metrics of its `completed` (and `rung`) event, beside the reward.
@@ -80,7 +91,7 @@ MEASURED = ('accuracy', 'latency_ms', 'flops', 'params', 'seconds')
 
 # Event kinds that change a trial's state; any other kind (but search_started) is informational.
 _TRIAL_EVENTS = ('proposed', 'started', 'completed', 'failed', 'lost', 'interrupted', 'rung',
-                 'promoted', 'stopped')
+                 'promoted', 'stopped', 'over_target')
 
 
 @dataclasses.dataclass(frozen=True)
@@ -141,6 +152,21 @@ class JobState:
   def next_trial_id(self) -> str:
     return str(max((int(t) for t in self.proposals if t.isdigit()), default=0) + 1)
 
+  def trained_count(self) -> int:
+    """The proposals that were (or are to be) trained: what --max_nas_trial counts. A proposal
+    predicted over the hard latency target (`over_target`) is never trained and not counted."""
+    return sum(1 for s in self.status.values() if s != OVER_TARGET)
+
+  def over_target_run(self) -> list[str]:
+    """The latest proposals, in proposal order, that were all over the target: the run of
+    `over_target` trials at the end (empty when the last proposal is to be trained)."""
+    run = []
+    for trial_id in reversed(self.proposals):
+      if self.status[trial_id] != OVER_TARGET:
+        break
+      run.append(trial_id)
+    return run[::-1]
+
   def best(self) -> str | None:
     """The completed trial with the highest reward (the earliest on a tie); of a
     multi-objective search, the lexicographic best of the reward vectors: the trial of the
@@ -196,6 +222,11 @@ class JobState:
       raise bad(f'names trial {trial}, which was never proposed')
     self._note_node(event, trial)
     current = self.status[trial]
+    if current == OVER_TARGET:
+      raise bad(f'changes trial {trial}, which was over the latency target and never runs')
+    if kind == 'over_target':
+      self._apply_over_target(event, trial, bad)
+      return
     if current == COMPLETED:
       raise bad(f'changes trial {trial}, which already completed')
     if current == STOPPED:
@@ -258,6 +289,33 @@ class JobState:
       self.completion_order.remove(trial)
     self.completion_order.append(trial)
 
+  def _apply_over_target(self, event: Mapping[str, Any], trial: str,
+                         bad: Callable[[str], InputError]) -> None:
+    """pending (just proposed, never started) -> over_target, final: the predicted latency and
+    its source as the trial's metrics, the penalty the controller was told as its reward."""
+    if self.status[trial] != PENDING or self.attempts.get(trial):
+      raise bad(f'puts trial {trial} over the latency target after it was started')
+    reward, latency = event.get('reward'), event.get('latency_ms')
+    vector = None
+    if isinstance(reward, list) and reward and all(_numeric(r) for r in reward):
+      vector = tuple(float(r) for r in reward)
+      reward = reward[0]
+    if not _numeric(reward) or not _numeric(latency):
+      raise bad(f'has no numeric reward and latency_ms for trial {trial}')
+    if vector is not None:
+      self.reward_vectors[trial] = vector
+    self.status[trial] = OVER_TARGET
+    self.rewards[trial] = float(reward)
+    self.metrics[trial] = {'latency_ms': float(latency)}
+    if isinstance(event.get('latency_device'), Mapping):
+      self.metrics[trial]['latency_device'] = dict(event['latency_device'])
+    target, margin = event.get('target_ms'), event.get('margin') or 0
+    self.reasons[trial] = (f'predicted {latency:.4g} ms, over the target {target:g} ms'
+                           + (f' + {margin:.0%}' if margin else '') + ': not trained'
+                           if _numeric(target) and _numeric(margin) else 'over the target')
+    self.finished_time[trial] = event.get('time')
+    self.completion_order.append(trial)
+
   def _note_node(self, event: Mapping[str, Any], trial: str) -> None:
     node = event.get('node')
     if not isinstance(node, Mapping) and isinstance(event.get('lost'), Mapping):
@@ -314,7 +372,8 @@ def replay(events: Iterable[Mapping[str, Any]]) -> JobState:
   pending -> running (started) -> completed | failed* | pending (lost) | interrupted; a
   failed, interrupted or still running (the driver was killed) trial may start again (a
   retry); a completed trial is final. With early stopping, running -> paused (rung) -> pending
-  (promoted) | stopped, which is final too.
+  (promoted) | stopped, which is final too. With a latency model, pending (never started) ->
+  over_target, final.
 
   Raises:
     InputError: an event breaks the rules (names its seq).

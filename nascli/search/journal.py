@@ -35,10 +35,12 @@ from nascli.search.job_state import FINAL_STATUSES
 from nascli.search.job_state import INFEASIBLE
 from nascli.search.job_state import INTERRUPTED
 from nascli.search.job_state import MEASURED
+from nascli.search.job_state import OVER_TARGET
 from nascli.search.job_state import PAUSED
 from nascli.search.job_state import PENDING
 from nascli.search.job_state import RUNNING
 from nascli.search.job_state import STOPPED
+from nascli.search.job_state import TRAINED_FINAL_STATUSES
 from nascli.search.job_state import UNFINISHED_STATUSES
 from nascli.search.job_state import JobState
 from nascli.search.job_state import Proposal

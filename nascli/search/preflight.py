@@ -100,7 +100,8 @@ def _died(code: int) -> str:
 
 def run_check(spec_path: str) -> dict[str, Any]:
   """Builds the config of the spec's trial as `nascli train` would; `{"train_steps": N,
-  "steps_per_epoch": E}` (E None when the data does not say), or
+  "steps_per_epoch": E, "latency_input_size": S}` (E None when the data does not say; S the
+  serving size latency is for), or
   `{"error": the one line train would print}`."""
   # pylint: disable=g-import-not-at-top
   from nascli import training
@@ -113,8 +114,12 @@ def run_check(spec_path: str) -> dict[str, Any]:
       space = spec.space().build()
       spec.nas_params = nas_params_lib.to_nas_params(space, pg.dna_spec(space).first_dna())
     run_plan = training.plan(spec.train_args())
+    from tf_vision.serving import export_lib
     return {"train_steps": int(run_plan.params.trainer.train_steps),
-            "steps_per_epoch": int(run_plan.steps_per_epoch or 0) or None}
+            "steps_per_epoch": int(run_plan.steps_per_epoch or 0) or None,
+            # The side the trials' latency is for (a --latency_model must be fitted there).
+            "latency_input_size": export_lib.serving_size_of(run_plan.params,
+                                                             spec.trial.latency_input_size)}
   except NascliError as e:
     return {"error": " ".join(str(e).split())}
   except Exception as e:  # pylint: disable=broad-except

@@ -115,7 +115,9 @@ def prepare(previous_job_dir: str, job_dir: str, max_nas_trial: int) -> dict[str
   if os.path.exists(new) and (not os.path.isdir(new) or os.listdir(new)):
     raise OutputError(f'--local_output_dir {job_dir} exists and is not an empty folder;'
                       ' choose another')
-  proposed = sum(1 for e in events if e.get('event') == 'proposed')
+  # Proposals predicted over the latency target (--latency_model) were not trained: not counted.
+  proposed = (sum(1 for e in events if e.get('event') == 'proposed')
+              - sum(1 for e in events if e.get('event') == 'over_target'))
   if max_nas_trial <= proposed:
     raise NascliError(f'--max_nas_trial {max_nas_trial} adds no trial: {previous_job_dir} has'
                       f' {proposed} already; give the new total, more than {proposed}')
@@ -206,13 +208,41 @@ def _retarget_trial_specs(tmp: str, new: str) -> None:
       os.replace(path + '.tmp', path)
 
 
-def search_args(settings: dict[str, Any], job_dir: str, **mutable: Any):
-  """The new job's SearchArgs: the previous job's settings (search_loop.SearchArgs.settings()),
-  with the settings a resume may change (`mutable`, None: as the previous job had them).
+def latency_model_for(previous_job_dir: str, path: str | None) -> Any:
+  """search_resume's --latency_model: the previous job's own model (same fingerprint) where it
+  is now (run_spec.LatencyModelRef); None: not given, the previous job's path is kept. Checked
+  before anything is copied.
 
   Raises:
-    NascliError: settings this nascli cannot read, or a data set or config file of the previous
-      job that is gone.
+    NascliError: the file is missing or damaged, another model than the previous job's, or
+      the previous job had none (a resume keeps the settings).
+  """
+  if not path:
+    return None
+  from nascli.search import latency_gate  # pylint: disable=g-import-not-at-top
+  settings, _ = warm_start.read_job(previous_job_dir, '--previous_job_dir')
+  began = (settings.get('trial') or {}).get('latency_model')
+  if not isinstance(began, dict):
+    raise NascliError(f'--latency_model {path}: {previous_job_dir} was searched without a latency'
+                      ' model and search_resume keeps its settings; start a new search with'
+                      f' --warm_start_from {previous_job_dir} --latency_model {path}')
+  ref = latency_gate.reference(path)
+  if ref.fingerprint != began.get('fingerprint'):
+    raise NascliError(f'--latency_model {path} is not the latency model {previous_job_dir} was'
+                      f' searched with ({began.get("path")}; fingerprints'
+                      f' {ref.fingerprint[:12]} and {str(began.get("fingerprint"))[:12]} differ)')
+  return ref
+
+
+def search_args(settings: dict[str, Any], job_dir: str, latency_model: Any = None,
+                **mutable: Any):
+  """The new job's SearchArgs: the previous job's settings (search_loop.SearchArgs.settings()),
+  with the settings a resume may change (`mutable`, None: as the previous job had them) and
+  the previous job's latency model where it is now (`latency_model`: `latency_model_for`).
+
+  Raises:
+    NascliError: settings this nascli cannot read, or a data set, config file or latency model
+      of the previous job that is gone.
   """
   # pylint: disable=g-import-not-at-top
   from nascli.run_spec import from_dict
@@ -225,10 +255,16 @@ def search_args(settings: dict[str, Any], job_dir: str, **mutable: Any):
     if key not in search_loop.MUTABLE:
       raise ValueError(f'{key} is not a setting a resume may change')
     setattr(args, key, value)
+  if latency_model is not None:
+    args.trial.latency_model = latency_model
   run = args.trial.run
   for what, path in ([('--dataset_dir', run.data.dataset_dir)]
                      + [('--config_file', p) for p in run.config_files]):
     if path and not storage.is_gcs(path) and not os.path.exists(path):
       raise NascliError(f'the previous job\'s {what} {path} is gone; restore it to continue'
                         ' that search')
+  model = args.trial.latency_model
+  if model and not storage.is_gcs(model.path) and not os.path.exists(model.path):
+    raise NascliError(f'the previous job\'s --latency_model {model.path} is gone; restore it, or'
+                      ' give where it is now with --latency_model')
   return args

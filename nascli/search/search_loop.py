@@ -13,6 +13,11 @@ With early stopping (`--early_stopping`, scheduler.py) an attempt trains to a ru
 the driver journals the report, then the scheduler's decision (promoted: the trial runs its
 next rung next; stopped: final, and the controller gets its last rung's reward).
 
+With --latency_model (latency_gate.py) every proposal's latency is predicted right after it is
+journaled, and trials report that prediction instead of timing themselves; under a hard target
+a proposal predicted over it is journaled `over_target` and not trained, the controller is told
+its penalty at once, and it does not count toward --max_nas_trial (`JobState.trained_count`).
+
 Before anything is journaled, the first worker builds and checks the trials' config
 (preflight.py), so a bad key costs one worker's start, not a job of failed trials; a job that
 is already finished is reported from its journal without a worker or TensorFlow
@@ -41,7 +46,7 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from rich.live import Live
-from rich.table import Table
+from rich.console import RenderableType
 
 from nascli import console
 from nascli import interrupts
@@ -50,10 +55,12 @@ from nascli.errors import NascliError
 from nascli.run_spec import TrialSettings
 from nascli.search import executors
 from nascli.search import journal as journal_lib
+from nascli.search import latency_gate
 from nascli.search import pareto as pareto_lib
 from nascli.search import preflight
 from nascli.search import reward as reward_lib
 from nascli.search import scheduler as scheduler_lib
+from nascli.search import summary
 from nascli.search import trial as trial_lib
 from nascli.search import warm_workers
 from nascli.search import workspace as workspace_lib
@@ -67,7 +74,9 @@ stderr = console.stderr()
 MUTABLE = ("max_nas_trial", "max_parallel_nas_trial", "max_failed_nas_trial",
            "max_trial_retries", "trial_isolation", "max_trials_per_worker", "export_top_k",
            "trial.export_every_trial", "trial_timeout", "paused_trials_per_worker",
-           "trial.latency_timeout_s")
+           "trial.latency_timeout_s", "trial.latency_model.path")
+# A mutable setting's flag where its name is not the last part of its key.
+_MUTABLE_FLAGS = {"trial.latency_model.path": "latency_model"}
 # Off a terminal, the pace of the progress line on stderr (seconds); the env var overrides it.
 
 
@@ -131,6 +140,11 @@ class SearchArgs:
       del data["trial"]["latency_timeout_s"]
     if self.trial.run.proxy is None:
       del data["trial"]["run"]["proxy"]
+    if self.trial.latency_input_size is None:
+      del data["trial"]["latency_input_size"]
+    if self.trial.latency_model is None:  # --latency_model FILE: its path and fingerprint
+      del data["trial"]["latency_model"]
+      del data["trial"]["latency_margin"]
     return data
 
 
@@ -165,6 +179,7 @@ class SearchLoop:
 
   _auto_name: str | None = None  # what --early_stopping auto chose (None: not auto)
   _auto_note: str | None = None  # and why, said once the job's settings are accepted
+  gate: latency_gate.Gate | None = None  # --latency_model
 
   def __init__(self, args: SearchArgs, executor: executors.Executor | None = None):
     self.args = args
@@ -184,6 +199,10 @@ class SearchLoop:
     if args.scheduler.name != scheduler_lib.AUTO:
       self.scheduler = scheduler_lib.make(args.scheduler)
     self.max_failed = max_failed(args)
+    # --latency_model: loaded (and its file checked) before a worker starts; matched with the
+    # space and the latency input size once the config is checked, before anything is journaled.
+    self.gate = (latency_gate.Gate(args.trial, self.objectives) if args.trial.latency_model
+                 else None)
     self.journal = journal_lib.journal_for(args.job_dir)
     self.workspace = workspace_lib.for_job_dir(args.job_dir)
     self.work_dir = self.workspace.work_dir  # where trial folders are written
@@ -196,6 +215,9 @@ class SearchLoop:
       checker = warm_workers.start_config_check(self.executor, check, log_dir)
       try:
         self.executor.prestart(min(args.max_parallel_nas_trial, args.max_nas_trial), log_dir)
+        if self.gate is not None:  # a model of another space is refused before TensorFlow is up
+          self._load_space()
+          self.gate.check_space(self.space_name, self.space, args.trial.latency_input_size)
         checked = preflight.wait(check, checker, checker.log_path)
       finally:
         if not isinstance(self.executor, warm_workers.WarmExecutor):
@@ -210,7 +232,12 @@ class SearchLoop:
       self.scheduler = scheduler_lib.make(settings)
       check_budget(settings, checked["train_steps"])
       self.train_steps = checked["train_steps"]
-      self._load_space()
+      if self.gate is None:
+        self._load_space()
+      else:  # the input size the trials' latency is for: the config's, known now
+        if args.trial.latency_input_size is None:
+          self.gate.check_space(self.space_name, self.space, checked.get("latency_input_size"))
+        self.gate.check_target(self.space_name)
     except BaseException:
       self.executor.close()
       raise
@@ -251,7 +278,9 @@ class SearchLoop:
         search_space=self.args.search_space, nas_params=proposal.nas_params,
         trial=trial, spawned_at=time.time(),
         search_space_module=self.args.search_space_module, rung=rung,
-        latency_dir=self.workspace.remote_trial_dir(proposal.trial_id))
+        latency_dir=self.workspace.remote_trial_dir(proposal.trial_id),
+        predicted_latency=(self.gate.prediction(proposal.nas_params) if self.gate is not None
+                           else None))
 
   def _rung_spec(self, state: journal_lib.JobState, trial_id: str) -> trial_lib.RungSpec | None:
     """The rung the trial's next attempt trains to, with what its first rung measured."""
@@ -362,6 +391,23 @@ class SearchLoop:
                    published=outcome.published)
     return False
 
+  def _over_target(self, state: journal_lib.JobState, trial_id: str,
+                   ctl: controller_lib.Controller) -> bool:
+    """--latency_model under a hard target: a proposal (journaled, never started) predicted
+    over it is journaled `over_target`, not trained, and the controller is told its penalty at
+    once, right where a rebuilt controller replays it; True if so."""
+    if self.gate is None:
+      return False
+    proposal = state.proposals[trial_id]
+    latency_ms = self.gate.latency_ms(proposal.nas_params)
+    if not self.gate.over(latency_ms):
+      return False
+    record = self._append(self.gate.over_target_event(trial_id, latency_ms))
+    ctl.feedback(proposal.dna, record["reward"])
+    if not stderr.is_terminal:
+      stderr.print(_trial_line(state, trial_id, self.metric), highlight=False, markup=False)
+    return True
+
   def _record(self, trial_id: str, event: dict[str, Any], published: bool = False) -> None:
     """Journals a trial's outcome once its folder is in the job dir (for gs://, uploaded, its
     marker last, by the driver or, `published`, by the trial itself), so the journal never
@@ -460,7 +506,7 @@ class SearchLoop:
     None: the worker starts a new trial."""
     if self.scheduler.decides_at_report or not self.scheduler.early_stopping:
       return None
-    finishing = len(state.proposals) >= self.args.max_nas_trial  # no new trial may start
+    finishing = state.trained_count() >= self.args.max_nas_trial  # no new trial may start
     job = self.scheduler.next_job(self._reports, self._promoted, set(self._running),
                                   self.train_steps, finishing)
     if job.trial_id is None or state.status.get(job.trial_id) != journal_lib.PAUSED:
@@ -508,7 +554,7 @@ class SearchLoop:
     return _title(self.args, self.space_name, state)
 
   def _table(self, state: journal_lib.JobState, running: dict[str, _Running],
-             titled: bool = True) -> Table:
+             titled: bool = True) -> RenderableType:
     return _table(self.args, self.space_name, self.metric, state, running, titled)
 
   def _warm_start(self, events: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -554,9 +600,13 @@ class SearchLoop:
       log = console.whole(stderr)
       log.print(self._title(state), highlight=False, markup=False)
       log.print(self._table(state, {}, titled=False))
+    summary.say_target_outcome(stderr, state)  # how many trials meet --target_device_latency_ms
     failed_all = all_failed(self.args.job_dir, state)
     if stop_reason and "exceed" in stop_reason:
       raise NascliError(stop_reason + (f"; {failed_all}" if failed_all else ""))
+    if stop_reason and "unreachable" in stop_reason and not state.trial_ids(
+        journal_lib.COMPLETED, journal_lib.STOPPED):
+      raise NascliError(stop_reason)  # not one architecture trained: nothing to report
     if failed_all is not None:
       raise failed_all
     if stop_reason:
@@ -617,6 +667,9 @@ class SearchLoop:
                                        journal=self.journal, mutable_keys=MUTABLE)
     if self._auto_note:
       stderr.print(self._auto_note, highlight=False, markup=False)
+    if self.gate is not None:
+      stderr.print(f"latency model {self.gate.path}: {self.gate.model.describe()}",
+                   highlight=False, markup=False)
     changed = mutable_changes(began.settings or {}, a.settings())
     if changed:
       stderr.print(f"note: {'; '.join(changed)}: applied to the trials still to run and to the"
@@ -631,6 +684,9 @@ class SearchLoop:
     if self._auto_name and state.early_stopping is None:  # readers need not re-derive it
       self._append({"event": "early_stopping", "name": self._auto_name, "why": self._auto_note})
     self._fail_spent()
+    for trial_id in state.trial_ids(journal_lib.PENDING):  # proposed just before a kill
+      if not state.attempts.get(trial_id):
+        self._over_target(state, trial_id, ctl)
     queue = state.unfinished()  # Interrupted trials run again first, same architecture.
     if queue:
       stderr.print(f"resuming {a.job_dir}: {len(state.trial_ids(journal_lib.COMPLETED))}"
@@ -648,13 +704,17 @@ class SearchLoop:
         failed = len(state.trial_ids(*journal_lib.FAILED_STATUSES))
         if failed > self.max_failed and stop_reason is None:
           stop_reason = _exceeded(failed, self.max_failed)
-        started = False
+        started = skipped = False
         while free and stop_reason is None:
           if queue:
             trial_id = queue.pop(0)
           elif (promoted := self._next_promotion(state)) is not None:
             trial_id = promoted
-          elif len(state.proposals) < a.max_nas_trial:
+          elif state.trained_count() < a.max_nas_trial:  # over-target proposals not counted
+            if self.gate is not None and (
+                line := latency_gate.unreachable(state, algorithm=a.search_algorithm)):
+              stop_reason = line
+              break
             proposal = ctl.propose_trial(state.dnas())
             if proposal is None:
               stop_reason = "the controller proposes no new architecture (space exhausted)"
@@ -663,10 +723,16 @@ class SearchLoop:
             self._append({"event": "proposed", "trial_id": trial_id,
                           "dna": list(proposal.dna), "nas_params": proposal.nas_params,
                           **({} if proposal.seed is None else {"seed": proposal.seed})})
+            if self._over_target(state, trial_id, ctl):
+              skipped = True
+              continue
           else:
             break
           self._start(state, trial_id, take_slot(free, self._slots.get(trial_id)))
           started = True
+        if skipped:
+          results.update_all(a.job_dir, state, self.decision_domains, self._hparams_written,
+                             report_cache=self._report_cache)
         if started:
           self._progress.report(state, force=True)
         live.update(self._table(state, running))
@@ -746,7 +812,7 @@ class SearchLoop:
     `search JOB (1 of 3 trials done, trial 2 stopped at step 10)` and `run the same command
     again to resume (trial 2 runs again first, from step 10)`."""
     a = self.args
-    done = len(state.trial_ids(*journal_lib.FINAL_STATUSES))
+    done = len(state.trial_ids(*journal_lib.TRAINED_FINAL_STATUSES))
     again = "run the same command again" + (" without --overwrite" if a.overwrite else "")
     what = f"search {a.job_dir} ({done} of {a.max_nas_trial} trials done"
     if not stopped:
@@ -763,25 +829,14 @@ class SearchLoop:
 
 
 def _title(args: SearchArgs, space_name: str, state: journal_lib.JobState) -> str:
-  return (f"search {args.job_dir}: {space_name}, {args.search_algorithm},"
-          f" best trial {state.best() or '-'}")
+  return summary.title(args.job_dir, space_name, args.search_algorithm, state)
 
 
 def _table(args: SearchArgs, space_name: str, metric: str, state: journal_lib.JobState,
-           running: dict[str, "_Running"], titled: bool = True) -> Table:
-  table = Table(title=_title(args, space_name, state) if titled else None)
-  for col in ("trial", "state", metric, "latency ms", "reward", "best so far"):
-    table.add_column(col)
-  best_so_far = None
-  for tid in state.trial_ids():
-    metrics = state.metrics.get(tid, {})
-    r = state.rewards.get(tid)
-    if r is not None and state.status[tid] != journal_lib.STOPPED:  # a partial budget's
-      best_so_far = r if best_so_far is None else max(best_so_far, r)
-    shown = "running" if tid in running else state.status[tid]
-    table.add_row(tid, shown, _fmt(metrics.get("accuracy")), _fmt(metrics.get("latency_ms")),
-                  _fmt(r), _fmt(best_so_far))
-  return table
+           running: dict[str, "_Running"], titled: bool = True) -> RenderableType:
+  """The table and the latency notes under it (nascli/search/summary.py)."""
+  return summary.table(args.job_dir, space_name, args.search_algorithm, metric, state, running,
+                       titled)
 
 
 def to_export(args: SearchArgs, state: journal_lib.JobState) -> list[str]:
@@ -821,7 +876,8 @@ def mutable_changes(began: dict[str, Any], now: dict[str, Any]) -> list[str]:
     if key == "max_nas_trial" or old == new or not began:  # more trials: the search says so
       continue
     show = lambda v: "unset" if v is None else str(v)  # noqa: E731
-    out.append(f"--{key.rsplit('.', 1)[-1]} {show(new)} (the job began with {show(old)})")
+    flag = _MUTABLE_FLAGS.get(key, key.rsplit(".", 1)[-1])
+    out.append(f"--{flag} {show(new)} (the job began with {show(old)})")
   return out
 
 
@@ -843,9 +899,10 @@ def settle_auto(args: SearchArgs) -> None:
 
 def finished_job(args: SearchArgs) -> journal_lib.JobState | None:
   """The job in args.job_dir when it is done with these very settings: every trial ended,
-  --max_nas_trial trials proposed (or the failure limit passed), and the --export_top_k best
-  exported. A rerun then only reports it, from the journal: no worker is started and no
-  TensorFlow loaded. None: there is something to run, resume or refuse (SearchLoop does)."""
+  --max_nas_trial trials proposed to train (or the failure limit passed, or, with a latency
+  model, the target found unreachable), and the --export_top_k best exported. A rerun then
+  only reports it, from the journal: no worker is started and no TensorFlow loaded. None:
+  there is something to run, resume or refuse (SearchLoop does)."""
   if args.overwrite:
     return None
   journal = journal_lib.journal_for(args.job_dir)
@@ -864,7 +921,8 @@ def finished_job(args: SearchArgs) -> journal_lib.JobState | None:
   if state.unfinished() or state.trial_ids(journal_lib.PAUSED):
     return None  # paused: a rung report awaits its decision or a promotion
   failed = len(state.trial_ids(*journal_lib.FAILED_STATUSES))
-  if len(state.proposals) < args.max_nas_trial and failed <= max_failed(args):
+  if (state.trained_count() < args.max_nas_trial and failed <= max_failed(args)
+      and not (args.trial.latency_model and latency_gate.unreachable(state))):
     return None
   if to_export(args, state):
     return None
@@ -877,15 +935,19 @@ def report_finished(args: SearchArgs, state: journal_lib.JobState, space_name: s
   flags that change how trials run, the trials' table; a job none of whose trials gave a
   result is refused (exit 1) with how to go on."""
   log = console.whole(stderr)
-  done = len(state.trial_ids(*journal_lib.FINAL_STATUSES))
-  log.print(f"search {args.job_dir} is finished ({done} trial(s)): reporting it, nothing runs"
-            " (raise --max_nas_trial for more trials)", highlight=False, markup=False)
+  done = len(state.trial_ids(*journal_lib.TRAINED_FINAL_STATUSES))
+  skipped = len(state.trial_ids(journal_lib.OVER_TARGET))
+  log.print(f"search {args.job_dir} is finished ({done} trial(s)"
+            + (f", {skipped} proposal(s) over the latency target not trained" if skipped else "")
+            + "): reporting it, nothing runs (raise --max_nas_trial for more trials)",
+            highlight=False, markup=False)
   changed = mutable_changes(state.settings or {}, args.settings())
   if changed:
     log.print(f"note: ignored, no trial is left to run or export: {'; '.join(changed)}",
               highlight=False, markup=False)
   log.print(_title(args, space_name, state), highlight=False, markup=False)
   log.print(_table(args, space_name, metric, state, {}, titled=False))
+  summary.say_target_outcome(log, state)
   failed_all = all_failed(args.job_dir, state)
   failed = len(state.trial_ids(*journal_lib.FAILED_STATUSES))
   if failed > max_failed(args):  # as the search that stopped there said
@@ -893,6 +955,11 @@ def report_finished(args: SearchArgs, state: journal_lib.JobState, space_name: s
                       + (f"; {failed_all}" if failed_all else ""))
   if failed_all is not None:
     raise failed_all
+  unreachable = latency_gate.unreachable(state, algorithm=args.search_algorithm)
+  if unreachable and not state.trial_ids(journal_lib.COMPLETED, journal_lib.STOPPED):
+    raise NascliError(unreachable)  # as the search that stopped there said
+  if unreachable:
+    log.print(unreachable, highlight=False, markup=False)
 
 
 def max_failed(args: SearchArgs) -> int:
@@ -950,10 +1017,12 @@ class _Progress:
 
   def line(self, state: journal_lib.JobState, now: float) -> str:
     loop, a = self.loop, self.loop.args
-    done = state.trial_ids(*journal_lib.FINAL_STATUSES)
+    done = state.trial_ids(*journal_lib.TRAINED_FINAL_STATUSES)
     failed = len(state.trial_ids(*journal_lib.FAILED_STATUSES))
+    skipped = len(state.trial_ids(journal_lib.OVER_TARGET))
     text = f"progress: {len(done)}/{a.max_nas_trial} trials done"
     text += f" ({failed} failed)" if failed else ""
+    text += f"; {skipped} proposal(s) over the latency target, not trained" if skipped else ""
     running = list(loop._running.values())  # pylint: disable=protected-access
     if running:
       text += "; running " + ", ".join(
@@ -974,7 +1043,8 @@ class _Progress:
     if not durations:
       return None
     mean = sum(durations) / len(durations)
-    todo = max(0, self.loop.args.max_nas_trial - len(state.trial_ids(*journal_lib.FINAL_STATUSES)))
+    todo = max(0, self.loop.args.max_nas_trial
+               - len(state.trial_ids(*journal_lib.TRAINED_FINAL_STATUSES)))
     work = todo * mean - sum(min(now - r.started, mean) for r in running)
     return max(0.0, work / max(1, self.loop.args.max_parallel_nas_trial))
 
@@ -1020,20 +1090,5 @@ class _PlainDisplay:
     del renderable
 
 
-def _fmt(value) -> str:
-  return "-" if value is None else f"{value:.4g}"
-
-
 def _trial_line(state: journal_lib.JobState, trial_id: str, metric: str = "accuracy") -> str:
-  m = state.metrics.get(trial_id, {})
-  status = state.status[trial_id]
-  if status in (journal_lib.PENDING, journal_lib.PAUSED) and state.rungs.get(trial_id):
-    last = state.rungs[trial_id][-1]  # promoted, or paused until a free worker promotes it
-    return (f"trial {trial_id}: rung {last['rung']} (step {last['step']}): reward"
-            f" {_fmt(last['reward'])}, "
-            + ("promoted" if status == journal_lib.PENDING else "paused"))
-  if status != journal_lib.COMPLETED:
-    return f"trial {trial_id}: {status}: {state.reasons.get(trial_id, '')}"
-  return (f"trial {trial_id}: reward {_fmt(state.rewards[trial_id])},"
-          f" {m.get('accuracy_metric', metric)} {_fmt(m.get('accuracy'))}, latency"
-          f" {_fmt(m.get('latency_ms'))} ms")
+  return summary.trial_line(state, trial_id, metric)  # its latency with its source

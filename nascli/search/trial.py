@@ -80,6 +80,9 @@ class TrialSpec:
   # --latency_calculator external: the trial's folder in the job dir, where it asks the
   # calculator and reads its answer (None: trial_dir; a gs:// job dir's trials run staged).
   latency_dir: str | None = None
+  # --latency_model: the latency the driver predicted before the trial trained, {latency_ms,
+  # latency_device} (nascli/search/latency_gate.py): reported as it is, and nothing is timed.
+  predicted_latency: dict[str, Any] | None = None
 
   @property
   def trial_dir(self) -> str:
@@ -91,6 +94,9 @@ class TrialSpec:
     from nascli import training  # pylint: disable=g-import-not-at-top
     run = dataclasses.replace(self.trial.run, architecture=Architecture(
         self.search_space, self.nas_params, self.search_space_module))
+    if self.trial.latency_input_size:  # params.yaml says where the model is timed
+      run = dataclasses.replace(run, options=training.merge(run.options, {
+          "task": {"latency_input_size": self.trial.latency_input_size}}))
     return training.TrainArgs(run=run, model_dir=self.trial_dir, keep_model=True,
                               stop_at=self.rung.step if self.rung else None,
                               curve_points=self.trial.validation_curve_points,
@@ -201,6 +207,13 @@ def _train_and_measure(spec: TrialSpec) -> dict[str, Any]:
     latency_ms, num_params, flops = (measured["latency_ms"], measured["params"],
                                      measured["flops"])
     phases.update(latency=0.0, analysis=0.0)
+  elif spec.predicted_latency:  # --latency_model: predicted by the driver, not timed here
+    latency_ms = spec.predicted_latency["latency_ms"]
+    latency_report = {"measured_on": "predicted by the search's latency model before training",
+                      "latency_device": spec.predicted_latency["latency_device"]}
+    phases["latency"] = 0.0
+    num_params, flops = model_analysis.model_size(model, list(params.task.model.input_size))
+    lap("analysis")
   elif settings.latency_calculator == latency_calculator.EXTERNAL:
     # The calculator times the model from the trial folder (params.yaml, checkpoint) while
     # this trial counts its FLOPs; then the trial waits for its answer.
@@ -216,13 +229,20 @@ def _train_and_measure(spec: TrialSpec) -> dict[str, Any]:
                       "measured_on": "the latency calculator (run_latency_calculator_local)"}
     lap("latency")
   else:
-    latency_report = latency.measure_model_latency(params, model, batch_sizes=(1,),
+    # Timed at the size the model will serve: a model trained smaller (a proxy) is built again
+    # there (fresh weights: the latency does not depend on their values).
+    served = export_lib.at_serving_size(params, settings.latency_input_size)
+    timed = model if served is params else export_lib.serving_model(served)
+    latency_report = latency.measure_model_latency(served, timed, batch_sizes=(1,),
                                                    runs=settings.latency_runs)
     latency_ms = latency_report["batch"]["1"]["median_ms"]
-    latency_report["measured_on"] = "serving function of the trained model"
+    latency_report["measured_on"] = ("serving function of the trained model" if timed is model
+                                     else "serving function of the architecture at its serving"
+                                     " size (fresh weights)")
     latency_report["latency_device"] = latency_calculator.device_of(
         "cpu" if latency_report["device"] == "CPU" else "gpu",
-        None if latency_report["device"] == "CPU" else latency_report["device"], "trial")
+        None if latency_report["device"] == "CPU" else latency_report["device"], "trial",
+        input_size=export_lib.serving_size_of(served))
     lap("latency")
     num_params, flops = model_analysis.model_size(model, list(params.task.model.input_size))
     lap("analysis")
