@@ -9,9 +9,10 @@ and the in-trial serving-function timing rank and predict what an architecture r
 latency model's sampling), one JSON line:
 
   - cpu-tflite at 224x224 (mnasnet's deployment size) and at 32x32 (the main job's size),
-    two rounds each, back to back (the measurement's own
+    converted once and timed in two rounds, back to back (the measurement's own
     round-to-round agreement, the ceiling for any predictor), timed as
-    `tf_vision/serving/arch_latency.py` times (1 thread, warm-up until settled, median of 50);
+    `tf_vision/serving/arch_latency.py` times (1 thread, warm-up until settled, median of at
+    least 50 calls and 0.5 s);
   - the host serving-function timing at 32x32 (what every trial reported before, runtime
     `cpu`), and FLOPs and parameters at both sizes.
 
@@ -44,10 +45,11 @@ def main() -> None:
   # pylint: disable=g-import-not-at-top
   from nascli import frameworks
   frameworks.load()
+  import numpy as np
   import tf_keras
   from nascli.search import controller
   from tf_vision import model_analysis, search_spaces
-  from tf_vision.serving import arch_latency
+  from tf_vision.serving import arch_latency, device_latency
 
   out = Path(args.out)
   out.parent.mkdir(parents=True, exist_ok=True)
@@ -73,11 +75,16 @@ def main() -> None:
       num_params, flops = model_analysis.model_size(model, [size, size, 3])
       row[f"params"] = num_params
       row[f"flops_{size}"] = flops
+      flatbuffer = device_latency.convert_tflite(params, model)
       rounds = []
-      for _ in range(2):
-        report = arch_latency.RUNTIMES["cpu-tflite"].measure(params, model, timing)
+      for _ in range(2):  # one conversion, timed twice: the measurement's own agreement
+        interp = arch_latency.interpreter(flatbuffer, timing.num_threads)
+        detail = interp.get_input_details()[0]
+        interp.set_tensor(detail["index"], np.random.default_rng(0).standard_normal(
+            detail["shape"]).astype(np.float32))
+        report = arch_latency.time_calls(interp.invoke, timing)
         rounds.append({k: report[k] for k in ("median_ms", "spread", "min_ms", "noisy",
-                                              "rounds")})
+                                              "rounds", "runs")})
       row[f"tflite_{size}"] = rounds
       if size == 32:
         serving = arch_latency.RUNTIMES["cpu"].measure(

@@ -83,6 +83,7 @@ def _register_commands() -> None:
   from nascli.commands import measure_proxy_task_variance, search, search_in_local
   from nascli.commands import report, search_resume
   from nascli.commands import run_latency_calculator_local
+  from nascli.commands import build_latency_model
   from nascli.commands import search_proxy_task, select_proxy_task_models, train
   add_command(convert_data.convert_data, "convert-data", _DATA_AND_MODELS)
   add_command(train.train, "train", _DATA_AND_MODELS)
@@ -95,6 +96,7 @@ def _register_commands() -> None:
   add_command(report.report, "report", _SEARCH)
   add_command(run_latency_calculator_local.run_latency_calculator_local,
               "run_latency_calculator_local", _SEARCH)
+  add_command(build_latency_model.build_latency_model, "build_latency_model", _SEARCH)
   add_command(select_proxy_task_models.select_proxy_task_models, "select_proxy_task_models",
               _SEARCH)
   add_command(search_proxy_task.search_proxy_task, "search_proxy_task", _SEARCH)

@@ -50,3 +50,19 @@ def describe(device: Mapping[str, Any] | None, short: bool = False) -> str:
   if not short and device.get("device"):
     parts.append(f"on {device['device']}")
   return what + (f" ({', '.join(parts)})" if parts else "")
+
+
+# bench/bench_latency_model.py, BENCHMARKS.md "Latency predictors": how the host serving-function
+# timing of a trial ranks single-thread cpu-tflite latency of held-out random mnasnet
+# architectures (Kendall tau), at each input size measured.
+HOST_TIMING_TAU = {32: 0.63, 224: 0.41}
+
+
+def host_timing_note(input_size: int | None) -> str:
+  """What a search with a target but no latency model optimizes, said once at its start."""
+  size = f"{input_size}x{input_size}" if input_size else "the serving size"
+  known = ", ".join(f"{tau:.2f} at {s}x{s}" for s, tau in sorted(HOST_TIMING_TAU.items()))
+  return (f"note: the latency target applies to each trial's own timing of its TensorFlow"
+          f" serving function on this host at {size}, not to a device: it ranks single-thread"
+          f" TFLite latency at Kendall tau {known} (BENCHMARKS.md); for a device target build a"
+          " latency model there (nascli build_latency_model) and pass --latency_model")

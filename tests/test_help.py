@@ -15,11 +15,11 @@ from nascli.commands import examples, fastnn_options
 
 COMMANDS = ("convert-data", "train", "eval", "export", "search_in_local", "search",
             "search_resume", "list_trials", "report", "run_latency_calculator_local",
-            "select_proxy_task_models", "search_proxy_task",
+            "build_latency_model", "select_proxy_task_models", "search_proxy_task",
             "measure_proxy_task_variance", "build")
 HIDDEN_ALIASES = ("convert_data", "search-in-local", "search-resume", "list-trials", "select-proxy-task-models",
                   "search-proxy-task", "measure-proxy-task-variance",
-                  "run-latency-calculator-local")
+                  "run-latency-calculator-local", "build-latency-model")
 
 
 def _root():

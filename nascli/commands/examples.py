@@ -129,6 +129,13 @@ EXAMPLES: dict[str, tuple[tuple[str, str], ...]] = {
         ("Measure what waits now, then exit:",
          "nascli run_latency_calculator_local --local_output_dir runs/search --once"),
     ),
+    "build_latency_model": (
+        ("A latency model of mnasnet on this CPU: TFLite, 1 thread, 224x224 (130 models):",
+         "nascli build_latency_model --prebuilt_search_space=mnasnet --pin_cpus 0"),
+        ("The same timed on a node of a Ray cluster, 2 interpreter threads on CPUs 2-3:",
+         "nascli build_latency_model --ray_address auto --ray_node_ip 10.0.0.5"
+         " --num_threads 2 --pin_cpus 2,3"),
+    ),
     "build": (
         ("Print the docker commands that build and push the trainer image:",
          "nascli build --project_id my-proj --region us-central1 --trainer_docker_id"

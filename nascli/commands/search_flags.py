@@ -168,6 +168,11 @@ LatencyModelFile = Annotated[Optional[str], typer.Option(
     " predicted over it is not trained (state over_target, not counted in --max_nas_trial)."
     " search_resume: the previous job's own model where it is now, if it moved (default: the"
     " path the job recorded).")]
+LatencyInputSize = Annotated[Optional[int], typer.Option(
+    *flag("latency_input_size"), help="The side of the square input latency is timed (or"
+    " predicted) at: the size the model will serve, e.g. 224 for a phone classifier trained"
+    " here at 32. Default: the config's task.latency_input_size (a proxy task keeps the"
+    " recipe's size there), else its training input size.")]
 LatencyMargin = Annotated[float, typer.Option(
     *flag("latency_margin"), help="With --latency_model and --latency_constraint hard: a"
     " proposal is over the target when predicted above target * (1 + this fraction); e.g."
@@ -187,7 +192,7 @@ def search_args(prebuilt_search_space, search_space_module, search_algorithm, se
                 paused_trials_per_worker=1, search_docker_flags=None, trial_timeout=None,
                 warm_start_from=None, latency_calculator=latency_lib.IN_TRIAL,
                 latency_timeout_s=latency_lib.DEFAULT_TIMEOUT_S, latency_model=None,
-                latency_margin=0.0, **extra):
+                latency_margin=0.0, latency_input_size=None, **extra):
   """The SearchArgs the shared flags describe (`extra`: fields only one command has;
   `search_docker_flags` only name the default job dir: local_main applies them)."""
   job_dir = local_output_dir or default_job_dir(dict(locals()))
@@ -213,7 +218,8 @@ def search_args(prebuilt_search_space, search_space_module, search_algorithm, se
                         latency_timeout_s=latency_timeout_s,
                         latency_model=(latency_gate.reference(latency_model) if latency_model
                                        else None),
-                        latency_margin=float(latency_margin or 0.0))
+                        latency_margin=float(latency_margin or 0.0),
+                        latency_input_size=latency_input_size)
   return SearchArgs(
       job_dir=job_dir,
       search_space=prebuilt_search_space, search_space_module=search_space_module,
@@ -259,7 +265,7 @@ DEFINING_DEFAULTS: dict[str, Any] = {
     "dataset_dir": None, "population_size": None, "tournament_size": None, "objectives": None,
     "early_stopping": "auto", "min_steps": None, "reduction_factor": None,
     "warm_start_from": None, "latency_calculator": latency_lib.IN_TRIAL,
-    "latency_model": None, "latency_margin": 0.0,
+    "latency_model": None, "latency_margin": 0.0, "latency_input_size": None,
 }
 
 
@@ -389,6 +395,11 @@ def _latency_model(values: dict[str, Any]) -> None:
                       f" {values['latency_calculator']} would never be asked; give one of them")
   from nascli import latency_model  # pylint: disable=g-import-not-at-top
   latency_model.load(path)  # missing, corrupt or truncated: one line naming it
+
+
+@_check
+def _latency_input_size(values: dict[str, Any]) -> None:
+  _at_least(values, "latency_input_size", 1)
 
 
 @_check

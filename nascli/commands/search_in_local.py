@@ -18,6 +18,7 @@ def search_in_local(
     latency_timeout_s: f.LatencyTimeout = 600.0,
     latency_model: f.LatencyModelFile = None,
     latency_margin: f.LatencyMargin = 0.0,
+    latency_input_size: f.LatencyInputSize = None,
     local_output_dir: f.OutputDir = None,
     search_docker_flags: f.DockerFlags = None,
     use_prebuilt_trainer: f.PrebuiltTrainer = True,

@@ -40,7 +40,6 @@ import os
 import socket
 import sys
 import tempfile
-import time
 from typing import Any, Callable, Iterator, Mapping, Sequence
 
 from nascli import interrupts
@@ -101,7 +100,11 @@ class BuildArgs:
             'config_files': [_file_setting(p) for p in self.config_files],
             'runtime': self.runtime, 'input_size': self.input_size,
             'num_threads': self.num_threads, 'runs': self.runs, 'seed': self.seed,
-            'num_architectures': self.num_architectures, 'num_heldout': self.num_heldout}
+            'num_architectures': self.num_architectures, 'num_heldout': self.num_heldout,
+            # The rest of how a model is timed (warm-up, spread limit, retries): another nascli
+            # may time otherwise, and its measurements are not these.
+            'timing': {k: v for k, v in dataclasses.asdict(self.timing).items()
+                       if k not in ('num_threads', 'runs', 'cpus')}}
 
 
 def _file_setting(path: str) -> dict[str, str]:
@@ -253,8 +256,15 @@ def check_settings(args: BuildArgs) -> list[dict[str, Any]]:
   settings = args.settings()
   if first.get('fingerprint') != fingerprint(settings):
     old = first['settings']
-    differ = [f'{_flag(k)} {_show(k, old.get(k))} -> {_show(k, settings.get(k))}'
-              for k in sorted(set(old) | set(settings)) if old.get(k) != settings.get(k)]
+    differ = []
+    for key in sorted(set(old) | set(settings)):
+      a, b = old.get(key), settings.get(key)
+      if a == b:
+        continue
+      if isinstance(a, dict) and isinstance(b, dict):  # name only what differs inside
+        a, b = ({k: d.get(k) for k in sorted(set(a) | set(b)) if a.get(k) != b.get(k)}
+                for d in (a, b))
+      differ.append(f'{_flag(key)} {_show(key, a)} -> {_show(key, b)}')
     raise NascliError(f'{args.job_dir} holds measurements of other settings'
                       f' ({"; ".join(differ) or "another format"}): rerun with those to'
                       ' continue, --overwrite to start over, or another --local_output_dir')
@@ -263,8 +273,8 @@ def check_settings(args: BuildArgs) -> list[dict[str, Any]]:
 
 def _flag(key: str) -> str:
   return {'runtime': '--target_device_type', 'input_size': '--latency_input_size',
-          'search_space': '--prebuilt_search_space', 'config_files': '--config_file'
-          }.get(key, f'--{key}')
+          'search_space': '--prebuilt_search_space', 'config_files': '--config_file',
+          'timing': 'the timing protocol (another nascli)'}.get(key, f'--{key}')
 
 
 def _show(key: str, value: Any) -> str:
@@ -388,8 +398,8 @@ class LocalMeasurer:
     frameworks.load()
     where = {'host': socket.gethostname(), 'pid': os.getpid(), 'device': target.device(),
              'runtime_version': target.version(), 'pinned_cpus': pinned}
-    if spec.runtime in ('cpu', 'gpu'):
-      where['tf_threads_set'] = arch_latency.set_tf_threads(spec.timing.num_threads)
+    if target.prepare is not None:
+      where.update(target.prepare(spec.timing))
     from tf_vision import search_spaces  # pylint: disable=g-import-not-at-top
     search_spaces.resolve_search_space(spec.search_space, spec.search_space_module)
     return where
@@ -637,14 +647,15 @@ def _measure_pending(args: BuildArgs, journal: Journal, archs: Sequence[Arch], s
       except Exception as e:  # pylint: disable=broad-except
         if interrupts.received():  # a signal that came back as TensorFlow's own error
           raise interrupts.Interrupted(interrupts.received()) from e
-        e = e if isinstance(e, NascliError) else NascliError(f'{type(e).__name__}: {_one_line(e)}')
+        why = _one_line(e) if isinstance(e, NascliError) else (
+            f'{type(e).__name__}: {_one_line(e)}')
         failures += 1
         journal.append({'event': 'failed', 'index': arch.index, 'split': arch.split,
-                        'nas_params': arch.nas_params, 'error': str(e), 'session': session})
-        _say(progress, f'architecture {arch.index} could not be measured: {e}')
+                        'nas_params': arch.nas_params, 'error': why, 'session': session})
+        _say(progress, f'architecture {arch.index} could not be measured: {why}')
         if failures >= MAX_FAILURES_IN_A_ROW:
           raise NascliError(f'{failures} architectures in a row could not be measured, the'
-                            f' last: {e}') from None
+                            f' last: {why}') from None
         continue
       failures = 0
       done += 1

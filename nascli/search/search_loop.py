@@ -50,6 +50,7 @@ from rich.console import RenderableType
 
 from nascli import console
 from nascli import interrupts
+from nascli import latency_source
 from nascli import storage
 from nascli.errors import NascliError
 from nascli.run_spec import TrialSettings
@@ -179,6 +180,7 @@ class SearchLoop:
 
   _auto_name: str | None = None  # what --early_stopping auto chose (None: not auto)
   _auto_note: str | None = None  # and why, said once the job's settings are accepted
+  _serving_size: int | None = None  # the latency input size the config gives (preflight)
   gate: latency_gate.Gate | None = None  # --latency_model
 
   def __init__(self, args: SearchArgs, executor: executors.Executor | None = None):
@@ -232,6 +234,7 @@ class SearchLoop:
       self.scheduler = scheduler_lib.make(settings)
       check_budget(settings, checked["train_steps"])
       self.train_steps = checked["train_steps"]
+      self._serving_size = checked.get("latency_input_size")  # where trials time themselves
       if self.gate is None:
         self._load_space()
       else:  # the input size the trials' latency is for: the config's, known now
@@ -670,6 +673,9 @@ class SearchLoop:
     if self.gate is not None:
       stderr.print(f"latency model {self.gate.path}: {self.gate.model.describe()}",
                    highlight=False, markup=False)
+    elif a.trial.target_device_latency_ms and a.trial.latency_calculator == "in_trial":
+      stderr.print(latency_source.host_timing_note(self._serving_size), highlight=False,
+                   markup=False)
     changed = mutable_changes(began.settings or {}, a.settings())
     if changed:
       stderr.print(f"note: {'; '.join(changed)}: applied to the trials still to run and to the"
