@@ -123,7 +123,7 @@ def _fmt(column: str, value: Any) -> str:
     return "-"
   if column in ("reward", "accuracy"):
     return f"{value:.4f}"
-  if column == "latency_ms":
+  if column in ("latency_ms", "measured_latency_ms"):
     return f"{value:.3f}"
   if column == "params":
     return f"{value:,.0f}"
@@ -165,6 +165,9 @@ def trials_table(rows: Sequence[dict], title: Optional[str] = None, state: Any =
   if per_row:
     at = columns.index("latency_ms") + 1
     columns = columns[:at] + ("latency_source",) + columns[at:]
+  if any(row.get(results.MEASURED_COLUMN) is not None for row in rows):
+    at = columns.index("latency_ms") + 1  # the exports timed for real, beside the prediction
+    columns = columns[:at] + (results.MEASURED_COLUMN,) + columns[at:]
   for column in columns:
     numeric = column not in ("trial_id", "status", PARETO_COLUMN, "latency_source")
     header = {"accuracy": metric_name(rows), "latency_ms": latency_header}.get(column, column)

@@ -436,6 +436,8 @@ def trial_table(page: Page, job_dir: str, rows: Sequence[Mapping[str, Any]], met
   keys += [('accuracy', Column(metric)), ('latency_ms', Column(latency_header))]
   if per_row:
     keys.append(('latency_source', Column('latency source', numeric=False)))
+  if any(r.get(results.MEASURED_COLUMN) is not None for r in rows):
+    keys.append((results.MEASURED_COLUMN, Column('measured ms (exported)')))
   keys += [('flops', Column('FLOPs')), ('params', Column('params')),
            ('seconds', Column('train s')), ('wall_s', Column('wall s')),
            ('nas_params', Column('architecture', numeric=False, css='arch'))]

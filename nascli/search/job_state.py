@@ -50,6 +50,8 @@ Informational here (the controller reads the first, nascli/search/warm_start.py 
 write them):
   warm_start     {job_dir, history: [{trial_id, dna, reward}], fingerprint}: --warm_start_from's
                  pairs, journaled once before the first proposal; not trials of this job
+  measured       {trial_id, latency_ms, predicted_ms, latency_device, spread, noisy}: with
+                 --latency_model, an exported best trial timed for real on the model's runtime
   resumed_from   {previous_job_dir, previous_events, previous_trials}: `search_resume` copied
                  the previous job's events (and trial folders) before this one
 Events of other kinds are kept in the log and ignored by `replay`, so newer writers can add
@@ -134,6 +136,9 @@ class JobState:
   # Where each attempt of a trial ran on a Ray cluster, in order: {attempt, node_id, host, ip,
   # ended (the event that ended it)}; attempts with no `node` (local, or unknown) are absent.
   nodes: dict[str, list[dict[str, Any]]] = dataclasses.field(default_factory=dict)
+  # `measured` events: exported trials of a search with a latency model, timed on its runtime
+  # (nascli/search/measured.py): {latency_ms, predicted_ms, latency_device, spread, noisy}.
+  measured: dict[str, dict[str, Any]] = dataclasses.field(default_factory=dict)
   last_seq: int = 0
 
   def trial_ids(self, *statuses: str) -> list[str]:
@@ -196,6 +201,11 @@ class JobState:
       return
     if kind == 'early_stopping' and isinstance(event.get('name'), str):
       self.early_stopping = event['name']
+      return
+    if kind == 'measured' and isinstance(event.get('trial_id'), str) and _numeric(
+        event.get('latency_ms')):  # informational: an exported trial timed for real
+      self.measured[event['trial_id']] = {k: event.get(k) for k in (
+          'latency_ms', 'predicted_ms', 'latency_device', 'spread', 'noisy')}
       return
     if kind not in _TRIAL_EVENTS:
       return  # Informational events from newer writers.

@@ -99,6 +99,12 @@ class Gate:
     """The predictions' `latency_device` (nascli/latency_source.py): predicted by this model."""
     return self.model.latency_device(self.path)
 
+  def measure_request(self) -> dict[str, Any]:
+    """What a worker needs to time an exported trial as the model's measurements were timed
+    (nascli/search/measured.py)."""
+    return {"runtime": self.model.runtime, "num_threads": self.model.num_threads or 1,
+            "input_size": _size(self.model.input_size), "model": self.path}
+
   def _where(self) -> str:
     size = _size(self.model.input_size)
     return f"{self.model.runtime}" + (f" at {size}x{size}" if size else "")

@@ -75,6 +75,8 @@ NODE_COLUMNS = ('nodes',)
 # noisy} (nascli/latency_source.py); `noisy` is true where the measurement's spread stayed
 # large (also when only the trial's model_analysis.json `latency` report says so).
 LATENCY_DEVICE_COLUMN = 'latency_device'
+# With a latency model: the exported trials' latency measured on its runtime (measured.py).
+MEASURED_COLUMN = 'measured_latency_ms'
 # Trials with a reward and metrics: completed, or stopped early with its last rung's.
 RESULT_STATUSES = (COMPLETED, STOPPED)
 PARETO_JSON = 'pareto.json'
@@ -147,6 +149,9 @@ def trial_rows(job_dir: str | os.PathLike[str], state: JobState) -> list[dict[st
     rows = _with_front(rows, pareto_lib.front_of(rows, objectives, state.completion_order))
   if state.nodes:
     rows = [{**row, 'nodes': list(state.nodes.get(row['trial_id'], []))} for row in rows]
+  if state.measured:  # exported trials timed for real beside their prediction (measured.py)
+    rows = [{**row, MEASURED_COLUMN: _number((state.measured.get(row['trial_id']) or {}).get(
+        'latency_ms'))} for row in rows]
   if any(devices.values()):  # where each latency was measured (nascli/latency_source.py)
     rows = [{**row, LATENCY_DEVICE_COLUMN: devices[row['trial_id']]} for row in rows]
   return rows

@@ -630,17 +630,19 @@ class SearchLoop:
                  highlight=False)
     log = os.path.join(self.work_dir, warm_workers.WORKER_LOGS, "export.log")
     trial_dirs = [storage.join(a.job_dir, t) for t in best]
+    # With a latency model the exports are also timed for real on its runtime (measured.py).
+    measure = self.gate.measure_request() if self.gate is not None else None
     worker = warm_workers.take_idle_worker(self.executor)
     try:
       request = None
       if worker is not None:
         try:
-          request = worker.submit("export", log, trial_dirs=trial_dirs)
+          request = worker.submit("export", log, trial_dirs=trial_dirs, measure=measure)
         except OSError:  # it exited after `usable()`: a fresh worker takes the exports
           worker.close()
       if request is None:
         worker = warm_workers.Worker(None, os.getcwd(), log, max_requests=1)
-        request = worker.submit("export", log, trial_dirs=trial_dirs)
+        request = worker.submit("export", log, trial_dirs=trial_dirs, measure=measure)
       while (code := worker.result(request)) is None and worker.exit_code() is None:
         time.sleep(0.2)
       code = worker.result(request) if code is None else code
@@ -654,6 +656,18 @@ class SearchLoop:
     except OSError:  # the fresh worker exited before it took the request
       code = worker.exit_code() or 1
     worker.close()
+    if measure:
+      from nascli.search import measured  # pylint: disable=g-import-not-at-top
+      with self.journal.open_for_writing():
+        for trial_id in best:
+          event = measured.event(a.job_dir, trial_id, state)
+          if event is not None:
+            self._append(event)
+            stderr.print(measured.line(event), highlight=False, markup=False)
+      if state.measured:
+        from nascli.search import results  # pylint: disable=g-import-not-at-top
+        results.update_all(a.job_dir, state, self.decision_domains, self._hparams_written,
+                           report_cache=self._report_cache)
     if code != 0:
       stderr.print(f"warning: exporting did not finish for every trial (code {code}); see"
                    f" {log}, or run `nascli export --model_dir {storage.join(a.job_dir, best[0])}`",

@@ -63,6 +63,9 @@ def _export(request: dict[str, Any]) -> int:
       exporting.export(exporting.ExportArgs(model_dir=trial_dir, export_dir=export_dir,
                                             overwrite=True))
       print(f"exported {trial_dir} to {export_dir}", file=sys.stderr, flush=True)
+      if request.get("measure"):  # the predicted latency, checked on the device runtime
+        from nascli.search import measured  # pylint: disable=g-import-not-at-top
+        measured.measure_trial(trial_dir, request["measure"])
     except Exception as e:  # pylint: disable=broad-except
       failed += 1
       print(f"Error: exporting {trial_dir}: {' '.join(str(e).split())[:300]}", file=sys.stderr,
