@@ -461,7 +461,7 @@ def test_search_in_local_skips_over_target_proposals_and_trials_report_the_predi
       "search_in_local", "--prebuilt_search_space", "mnasnet", "--local_output_dir", job,
       "--seed", SEED, "--max_nas_trial", "2", "--target_device_latency_ms", TARGET,
       "--latency_constraint", "hard", "--latency_margin", MARGIN, "--latency_model",
-      models["m32"], "--search_docker_flags", f"params_override={SHORT}", "--export_top_k", "0",
+      models["m32"], "--search_docker_flags", f"params_override={SHORT}", "--export_top_k", "1",
       "--json", env={"NASCLI_CACHE_DIR": cache})
   assert proc.returncode == 0, proc.stderr[-3000:]
   model = lm.load(models["m32"])
@@ -485,6 +485,19 @@ def test_search_in_local_skips_over_target_proposals_and_trials_report_the_predi
     assert event["reward"] == pytest.approx(accuracy * (1.0 if ms <= TARGET else TARGET / ms))
   statuses = {r["trial_id"]: r["status"] for r in json.loads(proc.stdout)}
   assert {t for t, s in statuses.items() if s == "over_target"} == over
+  # The exported best trial was timed for real on the model's runtime, beside its prediction.
+  measured = [e for e in events if e["event"] == "measured"]
+  best = max(completed, key=lambda t: completed[t]["reward"])
+  assert [e["trial_id"] for e in measured] == [best]
+  assert measured[0]["predicted_ms"] == model.predict(proposed[best])
+  assert measured[0]["latency_ms"] > 0 and measured[0]["latency_device"]["source"] == "export"
+  assert measured[0]["latency_device"]["target_device_type"] == model.runtime
+  assert measured[0]["latency_device"]["input_size"] == 32
+  assert (job / best / "export" / "saved_model" / "saved_model.pb").exists()
+  assert f"trial {best}: predicted " in proc.stderr and "measured on the exported" in proc.stderr
+  rows = {r["trial_id"]: r for r in json.loads(
+      nascli_subprocess("list_trials", job, "--json").stdout)}
+  assert rows[best]["measured_latency_ms"] == measured[0]["latency_ms"]
   # preflight gave the input size the model was matched with: the config's 32x32.
   assert '"latency_input_size": 32' in (job / "workers" / "worker-1.log").read_text()
 
