@@ -215,8 +215,11 @@ def check_matches(model: LatencyModel, *, space: str,
   if input_size is not None:
     size = _square(input_size)
     if size != model.input_size:
+      side = size if isinstance(size, int) else size[0]
       raise InputError(f'{path}: latency model at input size {model.input_size}x'
-                       f'{model.input_size}, but the search serves at {_size_text(input_size)}')
+                       f'{model.input_size}, but the search serves at {_size_text(input_size)}'
+                       f' (build one with build_latency_model --latency_input_size {side}, or'
+                       f' search with --latency_input_size {model.input_size})')
 
 
 def evaluate(model_or_predict: LatencyModel | Callable[[Any], float],

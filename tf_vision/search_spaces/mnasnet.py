@@ -89,9 +89,7 @@ def mnasnet_search_space(reference: str = 'mobilenet_v2') -> Any:
 # group's stride, the stem's width and stride, and channel rounding to multiples of 8.
 _GROUP_STRIDES = (1, 2, 2, 2, 1, 2, 1)
 _STEM_FILTERS, _DIVISOR = 32, 8
-_COST_KEYS = ('mac_conv3', 'mac_conv5', 'mac_pointwise', 'mac_depthwise3', 'mac_depthwise5',
-              'ops', 'activations', 'se_blocks', 'se_activations', 'residual_activations',
-              'head_inputs')
+_LEVELS = 5  # output resolutions after the stem: 1/2, 1/4, 1/8, 1/16, 1/32 of the input
 
 
 def _round_filters(filters: float) -> int:
@@ -102,14 +100,30 @@ def _round_filters(filters: float) -> int:
 
 @cost_features.register_cost_features('mnasnet')
 def mnasnet_cost_features(nas_params: Mapping[str, Any], input_size: int) -> dict[str, float]:
-  """Multiply-adds by operation kind, activation elements and operation counts of the blocks
-  (the stem and head are the same for every architecture: a latency model's constant)."""
+  """The blocks' multiply-adds by operation kind, in all and per output resolution (a kernel's
+  speed per multiply-add depends on the tensor sizes it runs at), operation counts by kind (the
+  fixed cost of each op, which dominates small inputs), and the tensors each kind reads and
+  writes. The stem and head are the same for every architecture: the model's constant."""
   blocks: dict[int, dict[str, str]] = {}
   for key, value in nas_params.items():
     group, _, field = key.partition('.')
     blocks.setdefault(int(group[len('blocks['):-1]), {})[field] = cost_features.literal(value)
-  out = dict.fromkeys(_COST_KEYS, 0.0)
-  size, channels = -(-input_size // 2), _STEM_FILTERS
+  out: dict[str, float] = {}
+
+  def add(name: str, value: float) -> None:
+    out[name] = out.get(name, 0.0) + float(value)
+
+  for name in ('conv3', 'conv5', 'pointwise', 'depthwise3', 'depthwise5'):
+    add(f'mac_{name}', 0)
+    for level in range(_LEVELS):
+      add(f'mac_{name}_level{level}', 0)
+  for name in ('ops_conv', 'ops_pointwise', 'ops_depthwise', 'se_blocks', 'residual_adds',
+               'activations', 'pointwise_memory', 'depthwise_memory', 'se_activations',
+               'residual_activations'):
+    add(name, 0)
+  for level in range(_LEVELS):
+    add(f'expanded_activations_level{level}', 0)
+  size, channels, level = -(-input_size // 2), _STEM_FILTERS, 0
   for group in sorted(blocks):
     b = blocks[group]
     filters = _round_filters(int(b['output_filters']))
@@ -117,25 +131,37 @@ def mnasnet_cost_features(nas_params: Mapping[str, Any], input_size: int) -> dic
     for repeat in range(int(b['num_repeats'])):
       stride = _GROUP_STRIDES[group] if repeat == 0 else 1
       out_size = -(-size // stride)
+      level = min(level + (stride == 2), _LEVELS - 1)
+
+      def mac(name: str, value: float) -> None:
+        add(f'mac_{name}', value)
+        add(f'mac_{name}_level{level}', value)  # pylint: disable=cell-var-from-loop
+
       if b['block_fn'] == 'conv':
-        out[f'mac_conv{kernel}'] += out_size**2 * kernel**2 * channels * filters
-        out['ops'] += 1
-        out['activations'] += size**2 * channels + out_size**2 * filters
+        mac(f'conv{kernel}', out_size**2 * kernel**2 * channels * filters)
+        add('ops_conv', 1)
+        add('activations', size**2 * channels + out_size**2 * filters)
       else:
         mid = channels * expand
         if expand > 1:
-          out['mac_pointwise'] += size**2 * channels * mid
-          out['ops'] += 1
-          out['activations'] += size**2 * (channels + mid)
-        out[f'mac_depthwise{kernel}'] += out_size**2 * kernel**2 * mid
-        out['mac_pointwise'] += out_size**2 * mid * filters
-        out['ops'] += 2
-        out['activations'] += out_size**2 * (2 * mid + filters)
+          mac('pointwise', size**2 * channels * mid)
+          add('ops_pointwise', 1)
+          add('pointwise_memory', size**2 * (channels + mid) + channels * mid)
+          add('activations', size**2 * (channels + mid))
+        mac(f'depthwise{kernel}', out_size**2 * kernel**2 * mid)
+        mac('pointwise', out_size**2 * mid * filters)
+        add('ops_depthwise', 1)
+        add('ops_pointwise', 1)
+        add('depthwise_memory', size**2 * mid + out_size**2 * mid)
+        add('pointwise_memory', out_size**2 * (mid + filters) + mid * filters)
+        add('activations', out_size**2 * (2 * mid + filters))
+        add(f'expanded_activations_level{level}', out_size**2 * mid)
         if float(b['se_ratio']) > 0:
-          out['se_blocks'] += 1
-          out['se_activations'] += out_size**2 * mid
+          add('se_blocks', 1)
+          add('se_activations', out_size**2 * mid)
         if stride == 1 and channels == filters:
-          out['residual_activations'] += out_size**2 * filters
+          add('residual_adds', 1)
+          add('residual_activations', out_size**2 * filters)
       size, channels = out_size, filters
-  out['head_inputs'] = size**2 * channels  # the fixed-width 1x1 head conv reads these
+  add('head_inputs', size**2 * channels)  # the fixed-width 1x1 head conv reads these
   return out
