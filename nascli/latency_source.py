@@ -55,7 +55,7 @@ def describe(device: Mapping[str, Any] | None, short: bool = False) -> str:
 # bench/bench_latency_model.py, BENCHMARKS.md "Latency predictors": how the host serving-function
 # timing of a trial ranks single-thread cpu-tflite latency of held-out random mnasnet
 # architectures (Kendall tau), at each input size measured.
-HOST_TIMING_TAU = {32: 0.63, 224: 0.41}
+HOST_TIMING_TAU = {32: 0.56, 224: 0.30}
 
 
 def host_timing_note(input_size: int | None) -> str:

@@ -15,9 +15,11 @@ Runtimes (`RUNTIMES`, a registry; `register_runtime` adds one):
 
 Noise control (`Timing`): the process may be pinned to chosen CPUs; warm-up runs in blocks
 until the block median settles (within `settle` of the previous block); then `runs` timed calls
-give the median and the spread (p90 - p10) / median; a spread above `max_spread` is measured
-again (up to `retries` times) and the quietest round is kept, marked `noisy` if even that one is
-above. Every report says what it timed: runtime, its version, input size, threads, pinning.
+give the median, the spread (p90 - p10) / median of single calls, and the drift: how far the
+medians of the round's first and second halves are apart. Single calls of a sub-millisecond model
+always spread widely, so it is the drift that says whether the median can be trusted: above
+`max_drift` the round is measured again (up to `retries` times) and the steadiest round is kept,
+marked `noisy` if even that one drifts. Every report says what it timed: runtime, its version, input size, threads, pinning.
 
 Serving sizes (`SERVING_SIZES`, a registry by search space; `register_serving_size` adds one):
 the side a space's models serve at when a command is not told (`--latency_input_size`), and the
@@ -47,7 +49,7 @@ class Timing:
   warmup_block: int = 10  # warm-up calls per block
   max_warmup_blocks: int = 10
   settle: float = 0.03  # warm-up ends when a block's median is within 3% of the previous one
-  max_spread: float = 0.15  # (p90 - p10) / median above this: measured again
+  max_drift: float = 0.05  # the round's halves' medians further apart: measured again
   retries: int = 2
   cpus: tuple[int, ...] | None = None  # pin the measuring process (os.sched_setaffinity)
 
@@ -60,7 +62,10 @@ def summarize(times_ms: list[float]) -> dict[str, float]:
   p10, p90 = (float(np.percentile(arr, q)) for q in (10, 90))
   return {'median_ms': round(median, 4), 'p10_ms': round(p10, 4), 'p90_ms': round(p90, 4),
           'min_ms': round(float(arr.min()), 4), 'runs': int(arr.size),
-          'spread': round((p90 - p10) / median, 4) if median > 0 else 0.0}
+          'spread': round((p90 - p10) / median, 4) if median > 0 else 0.0,
+          'drift': round(abs(float(np.median(arr[:arr.size // 2]))
+                             - float(np.median(arr[arr.size // 2:]))) / median, 4)
+                   if median > 0 and arr.size > 1 else 0.0}
 
 
 def time_calls(call: Callable[[], Any], timing: Timing) -> dict[str, Any]:
@@ -89,12 +94,12 @@ def time_calls(call: Callable[[], Any], timing: Timing) -> dict[str, Any]:
       call()
       times.append((time.perf_counter() - begin) * 1000.0)
     summary = summarize(times)
-    if best is None or summary['spread'] < best['spread']:
+    if best is None or summary['drift'] < best['drift']:
       best = summary
-    if summary['spread'] <= timing.max_spread:
+    if summary['drift'] <= timing.max_drift:
       break
   return {**best, 'warmup_runs': warmed, 'rounds': rounds,
-          'noisy': best['spread'] > timing.max_spread}
+          'noisy': best['drift'] > timing.max_drift}
 
 
 @dataclasses.dataclass(frozen=True)
