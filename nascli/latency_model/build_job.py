@@ -603,7 +603,9 @@ def _drift_line(now_ms: float, first_ms: float | None) -> str:
 
 
 def _progress_line(done: int, total: int, report: Mapping[str, Any]) -> str:
-  line = f'measured {done}/{total}: {report["latency_ms"]:.4g} ms (spread {report["spread"]:.0%})'
+  drift = f', halves {report["drift"]:.0%} apart' if 'drift' in report else ''
+  line = (f'measured {done}/{total}: {report["latency_ms"]:.4g} ms (single calls spread'
+          f' {report["spread"]:.0%}{drift})')
   if report.get('noisy'):
     line += f', noisy after {report.get("rounds", 1)} rounds: kept, marked'
   elif report.get('rounds', 1) > 1:
@@ -672,8 +674,8 @@ def _measure_pending(args: BuildArgs, journal: Journal, archs: Sequence[Arch], s
 
 
 # What a measurement line keeps of a runtime's report.
-_REPORT_KEYS = ('latency_ms', 'median_ms', 'p10_ms', 'p90_ms', 'min_ms', 'spread', 'runs',
-                'warmup_runs', 'rounds', 'noisy', 'build_s', 'convert_s', 'tflite_bytes')
+_REPORT_KEYS = ('latency_ms', 'median_ms', 'p10_ms', 'p90_ms', 'min_ms', 'spread', 'drift',
+                'runs', 'warmup_runs', 'rounds', 'noisy', 'build_s', 'convert_s', 'tflite_bytes')
 
 
 def _summary(report: Mapping[str, Any]) -> dict[str, Any]:

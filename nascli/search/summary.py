@@ -21,9 +21,9 @@ from nascli.search import journal as journal_lib
 from nascli.search import results
 
 OVER_TARGET = results.OVER_TARGET
-# The spread ((p90 - p10) / median of the timed runs) above which a measurement is re-measured
-# and, if still above, marked `noisy` (tf_vision.serving.arch_latency.Timing.max_spread).
-NOISY_SPREAD = 0.15
+# How far apart the medians of a measurement's two halves may be before it is re-measured and,
+# if still apart, marked `noisy` (tf_vision.serving.arch_latency.Timing.max_drift).
+NOISY_DRIFT = 0.05
 NOISY_MARK = "*"
 
 
@@ -36,8 +36,9 @@ def target_of(state: journal_lib.JobState) -> float | None:
 
 
 def noisy_note() -> str:
-  return (f"{NOISY_MARK} noisy: the spread of its timed runs stayed over {NOISY_SPREAD:.0%} after"
-          " re-measuring (a busy machine); measure again on a quiet one before trusting it")
+  return (f"{NOISY_MARK} noisy: the medians of the two halves of its timed runs stayed more than"
+          f" {NOISY_DRIFT:.0%} apart after re-measuring (a busy machine); measure again on a quiet"
+          " one before trusting it")
 
 
 def latency_text(value: Any, device: Mapping[str, Any] | None, digits: str = ".4g") -> str:

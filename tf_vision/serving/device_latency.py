@@ -18,10 +18,6 @@ The weights do not change the latency (same shapes, same kernels); they are rest
 checkpoint is in the trial folder so that the timed model is the trained one.
 """
 
-import contextlib
-import os
-import sys
-import tempfile
 import time
 import warnings
 from typing import Any
@@ -34,6 +30,7 @@ from nascli.errors import NascliError
 from official.core import config_definitions as cfg
 from official.vision.serving import export_tflite_lib
 from tf_vision import model_dir as model_dir_lib
+from tf_vision.serving import arch_latency
 from tf_vision.serving import export_lib
 from tf_vision.serving import latency
 
@@ -70,30 +67,11 @@ def tflite_function(params: cfg.ExperimentConfig, model: tf_keras.Model):
   return module.get_inference_signatures({'tflite': TFLITE_SIGNATURE})[TFLITE_SIGNATURE]
 
 
-@contextlib.contextmanager
-def _native_stderr_quiet():
-  """The converter's C++ code logs a dozen INFO/WARNING lines per model through absl, which
-  TF_CPP_MIN_LOG_LEVEL does not reach: its file descriptor 2 goes to a temporary file for the
-  conversion, and what it wrote comes back on stderr only under NASCLI_DEBUG=1."""
-  if os.environ.get('NASCLI_DEBUG') == '1':
-    yield
-    return
-  sys.stderr.flush()
-  saved = os.dup(2)
-  with tempfile.TemporaryFile() as sink:
-    os.dup2(sink.fileno(), 2)
-    try:
-      yield
-    finally:
-      os.dup2(saved, 2)
-      os.close(saved)
-
-
 def convert_tflite(params: cfg.ExperimentConfig, model: tf_keras.Model) -> bytes:
   """The model as a float TFLite flatbuffer, converted by Model Garden's converter."""
   try:
     function = tflite_function(params, model)
-    with _native_stderr_quiet():
+    with arch_latency.native_stderr_quiet():
       return export_tflite_lib.convert_tflite_model(
           concrete_function=function, quant_type=None, params=params)
   except Exception as e:  # pylint: disable=broad-except
