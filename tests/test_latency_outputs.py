@@ -178,7 +178,7 @@ def test_a_noisy_measurement_is_marked(tmp_path, capsys):
   _, rows = _table(out)
   assert {r[0]: r[4] for r in rows} == {'1': '7.900*', '2': '5.000'}
   assert summary.noisy_note() in out.splitlines()
-  assert summary.noisy_note().startswith('* noisy: the spread of its timed runs stayed over 15%')
+  assert summary.noisy_note().startswith('* noisy: the medians of the two halves of its timed runs')
   # Where only the trial's model_analysis.json `latency` report says so (read when the journal
   # lacks a measurement).
   job_dir = tmp_path / 'noisy_analysis'
@@ -308,7 +308,7 @@ def test_the_report_speaks_of_a_target_line_only_when_there_is_a_target(tmp_path
   assert 'not trained' not in page  # no proposal was skipped
   assert fig['layout']['xaxis']['title']['text'] == (
       'latency ms: measured in the trial (TF serving function, CPU, 32x32)')
-  assert '2.6*' in page and 'noisy: the spread of its timed runs' in page
+  assert '2.6*' in page and 'noisy: the medians of the two halves of its timed runs' in page
 
 
 def test_an_old_job_reports_with_what_is_known(tmp_path):
