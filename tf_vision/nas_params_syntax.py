@@ -55,7 +55,7 @@ def load_nas_params(params: NasParams) -> tuple[dict[str, Any], str]:
                       ) from e
   if not isinstance(value, dict):
     raise NascliError(f'{source}: expected a JSON object mapping decision keys to values, got '
-                      f'{_json_type(value)}')
+                      f'{json_type(value)}')
   return value, source
 
 
@@ -97,7 +97,8 @@ def check(params: str | os.PathLike, what: str = '--nas_params_str') -> dict[str
   return values
 
 
-def _json_type(value: Any) -> str:
+def json_type(value: Any) -> str:
+  """How a one-line error names a JSON value's type (`an array`, `a string`, ...)."""
   if isinstance(value, list):
     return 'an array'
   if isinstance(value, str):

@@ -14,7 +14,6 @@ from typing import Annotated, Any, Optional
 
 import typer
 
-from nascli import checks
 from nascli import storage
 from nascli.commands import ray_flags
 from nascli.commands import search_flags as f
@@ -134,19 +133,11 @@ def _ranges(cpus: list[int]) -> str:
 def _args(values: dict[str, Any]) -> Any:
   """The job's BuildArgs, every flag checked in one line naming it (no framework imported)."""
   from nascli.latency_model import build_job  # pylint: disable=g-import-not-at-top
-  space = values["prebuilt_search_space"]
-  if space not in f.PREBUILT_SEARCH_SPACES:
-    raise NascliError(f"unknown --prebuilt_search_space {space!r}"
-                      f"{checks.closest(space, f.PREBUILT_SEARCH_SPACES)}; known:"
-                      f" {', '.join(f.PREBUILT_SEARCH_SPACES)}")
-  module = values["search_space_module"]
-  if module is not None:
-    space_registry.check_module_path(module, "--search_space_module")
+  f.check_space(values)  # --prebuilt_search_space, --search_space_module: as the searches do
+  space, module = values["prebuilt_search_space"], values["search_space_module"]
   runtime = values["target_device_type"]
   if runtime not in arch_latency.RUNTIMES:
-    raise NascliError(f"unknown --target_device_type {runtime!r}"
-                      f"{checks.closest(runtime, arch_latency.RUNTIMES)}; known:"
-                      f" {', '.join(arch_latency.RUNTIMES)}")
+    raise f.unknown("target_device_type", runtime, list(arch_latency.RUNTIMES))
   size = values["latency_input_size"]
   if size is None:
     size = arch_latency.serving_size(space).default

@@ -326,7 +326,8 @@ def check(values: dict[str, Any]) -> None:
     fn(values)
 
 
-def _unknown(flag_name: str, value: str, known: Any) -> NascliError:
+def unknown(flag_name: str, value: str, known: Any) -> NascliError:
+  """`unknown --flag 'x' (did you mean 'y'?); known: ...`: one wording for every command."""
   return NascliError(f"unknown --{flag_name} {value!r}{checks.closest(value, known)}; known:"
                      f" {', '.join(known)}")
 
@@ -352,14 +353,14 @@ check_counts = _counts  # search_resume takes the counts (and only them, of thes
 @_check
 def _isolation(values: dict[str, Any]) -> None:
   if values["trial_isolation"] not in TRIAL_ISOLATIONS:
-    raise _unknown("trial_isolation", values["trial_isolation"], TRIAL_ISOLATIONS)
+    raise unknown("trial_isolation", values["trial_isolation"], TRIAL_ISOLATIONS)
 
 
 @_check
 def _reward(values: dict[str, Any]) -> None:
   constraint = values["latency_constraint"]
   if constraint not in reward_lib.known_constraints():
-    raise _unknown("latency_constraint", constraint, reward_lib.known_constraints())
+    raise unknown("latency_constraint", constraint, reward_lib.known_constraints())
   target, weight = values["target_device_latency_ms"], values["latency_weight"]
   if target is not None and not (math.isfinite(target) and target > 0):
     raise NascliError(f"--target_device_latency_ms must be a positive number of milliseconds,"
@@ -373,7 +374,7 @@ def _reward(values: dict[str, Any]) -> None:
 def _latency_calculator(values: dict[str, Any]) -> None:
   name = values.get("latency_calculator", latency_lib.IN_TRIAL)
   if name not in latency_lib.LATENCY_CALCULATORS:
-    raise _unknown("latency_calculator", name, latency_lib.LATENCY_CALCULATORS)
+    raise unknown("latency_calculator", name, latency_lib.LATENCY_CALCULATORS)
   timeout = values.get("latency_timeout_s", latency_lib.DEFAULT_TIMEOUT_S)
   if not (math.isfinite(timeout) and timeout > 0):
     raise NascliError(f"--latency_timeout_s must be a positive number of seconds, got {timeout}")
@@ -416,10 +417,10 @@ def _early_stopping(values: dict[str, Any]) -> None:
 
 
 @_check
-def _space(values: dict[str, Any]) -> None:
+def check_space(values: dict[str, Any]) -> None:
   space = values["prebuilt_search_space"]
   if space not in PREBUILT_SEARCH_SPACES:
-    raise _unknown("prebuilt_search_space", space, PREBUILT_SEARCH_SPACES)
+    raise unknown("prebuilt_search_space", space, PREBUILT_SEARCH_SPACES)
   if values["search_space_module"] is not None:
     space_registry.check_module_path(values["search_space_module"], "--search_space_module")
 
@@ -428,7 +429,7 @@ def _space(values: dict[str, Any]) -> None:
 def _algorithm(values: dict[str, Any]) -> None:
   name = values["search_algorithm"]
   if name not in SEARCH_ALGORITHMS:
-    raise _unknown("search_algorithm", name, SEARCH_ALGORITHMS)
+    raise unknown("search_algorithm", name, SEARCH_ALGORITHMS)
   options, (fewest, most) = SEARCH_ALGORITHMS[name]
   count = len(pareto_lib.parse_objectives(values["objectives"])) if values.get(
       "objectives") is not None else 1

@@ -26,6 +26,7 @@ from nascli.errors import NascliError
 from nascli.latency_model import encoding
 from nascli.latency_model import predictors
 from nascli.latency_model.encoding import Decisions
+from tf_vision import nas_params_syntax
 
 FORMAT_VERSION = 1
 HELDOUT_FIELDS = ('n', 'kendall_tau', 'within_10pct', 'mape', 'max_abs_pct')
@@ -308,7 +309,8 @@ def _check_fields(data: Any, source: str) -> dict[str, Any]:
     return InputError(f'{source}: {what}')
 
   if not isinstance(data, dict):
-    raise bad(f'not a latency model file (expected a JSON object, got {_json_type(data)})')
+    raise bad('not a latency model file (expected a JSON object, got'
+              f' {nas_params_syntax.json_type(data)})')
   if 'format_version' not in data:
     raise bad('not a latency model file (no format_version)')
   version = data['format_version']
@@ -424,18 +426,6 @@ def _size_text(size: int | Sequence[int]) -> str:
   if isinstance(size, int):
     return f'{size}x{size}'
   return 'x'.join(str(int(s)) for s in size)
-
-
-def _json_type(value: Any) -> str:
-  if isinstance(value, list):
-    return 'an array'
-  if isinstance(value, str):
-    return 'a string'
-  if isinstance(value, bool):
-    return 'a boolean'
-  if isinstance(value, (int, float)):
-    return 'a number'
-  return 'null' if value is None else type(value).__name__
 
 
 def _short(value: Any) -> str:
