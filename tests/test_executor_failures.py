@@ -448,7 +448,7 @@ def test_the_end_of_search_export_goes_to_a_fresh_worker_when_the_idle_one_died(
   _fault_at_next_submit(monkeypatch, before=_killed)
   monkeypatch.setattr(search_loop, "to_export", lambda args, state: ["1"])
   loop = SimpleNamespace(args=SimpleNamespace(job_dir=str(tmp_path)), executor=executor,
-                         work_dir=str(tmp_path))
+                         work_dir=str(tmp_path), gate=None)  # no latency model: nothing timed
   search_loop.SearchLoop._export_best(loop, state=None)  # pylint: disable=protected-access
   exported = json.loads((tmp_path / "1" / "exported.json").read_text())
   assert exported["trial_dirs"] == [str(tmp_path / "1")]

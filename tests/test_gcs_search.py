@@ -267,9 +267,11 @@ def test_second_driver_is_stopped_by_the_create_only_journal(cli, gcs_prefix, ca
   monkeypatch.setenv("NASCLI_CACHE_DIR", cache)
   code, stdout, stderr = cli(*_search_args(job, "--max_nas_trial", "1", *PROCESS))
   lines = stderr.strip().splitlines()
-  assert code == 1 and len(lines) == 2 and stdout == "", stderr
+  assert code == 1 and len(lines) == 3 and stdout == "", stderr
   assert lines[0].startswith("early stopping (auto): none")
-  assert lines[1] == (f"Error: {job}/journal/0000000004.json already exists: another search"
+  # A target without a latency model: the search says what latency it optimizes.
+  assert lines[1].startswith("note: the latency target applies to each trial's own timing")
+  assert lines[2] == (f"Error: {job}/journal/0000000004.json already exists: another search"
                       f" appended to {job} after this one read its journal; this one stops"
                       " (nothing overwritten)")
   assert storage.read_text(GcsJournal(job).entry(4)) == rival

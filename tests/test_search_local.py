@@ -390,7 +390,8 @@ def test_the_config_check_gives_the_trials_budget_early_stopping_must_fit(cache,
   finally:
     check.remove()
   # The embedded digits: 1,438 training images in batches of 32.
-  assert result == {"train_steps": 100, "steps_per_epoch": 44}
+  # The latency input size is the testing YAML's 32x32 (no --latency_input_size, no proxy).
+  assert result == {"train_steps": 100, "steps_per_epoch": 44, "latency_input_size": 32}
   with pytest.raises(NascliError, match=r"^--early_stopping asha --min_steps 500: the trials"
                      r" train 100 steps \(trainer.train_steps\), so no rung comes before the"
                      r" end"):
