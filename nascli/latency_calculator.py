@@ -129,9 +129,11 @@ def _gpu(options: MeasureOptions, params: Any, model: Any) -> dict[str, Any]:
 @register_target_device("cpu-tflite", "the model converted to TFLite, run by the TFLite"
                         " interpreter on this CPU (--num_threads threads)")
 def _cpu_tflite(options: MeasureOptions, params: Any, model: Any) -> dict[str, Any]:
-  from tf_vision.serving import device_latency  # pylint: disable=g-import-not-at-top
-  return device_latency.tflite_latency(params, model, options.num_threads, options.warmup,
-                                       options.runs)
+  """Timed as build_latency_model times it (arch_latency's noise control), so a trial's
+  calculated latency and a latency model's prediction are the same kind of number."""
+  from tf_vision.serving import arch_latency  # pylint: disable=g-import-not-at-top
+  return arch_latency.runtime("cpu-tflite").measure(
+      params, model, arch_latency.Timing(num_threads=options.num_threads, runs=options.runs))
 
 
 def cpu_model() -> str:

@@ -19,7 +19,6 @@ checkpoint is in the trial folder so that the timed model is the trained one.
 """
 
 import time
-import warnings
 from typing import Any
 
 import numpy as np
@@ -79,12 +78,9 @@ def convert_tflite(params: cfg.ExperimentConfig, model: tf_keras.Model) -> bytes
     raise NascliError(f'TFLite conversion failed: {first[:300]}') from e
 
 
-def tflite_interpreter(flatbuffer: bytes, num_threads: int) -> tf.lite.Interpreter:
-  with warnings.catch_warnings():  # "use ai_edge_litert": not a dependency of Model Garden
-    warnings.simplefilter('ignore', UserWarning)
-    interpreter = tf.lite.Interpreter(model_content=flatbuffer, num_threads=num_threads)
-  interpreter.allocate_tensors()
-  return interpreter
+def tflite_interpreter(flatbuffer: bytes, num_threads: int) -> Any:
+  """The interpreter every nascli TFLite timing uses (arch_latency: LiteRT, else tf.lite)."""
+  return arch_latency.interpreter(flatbuffer, num_threads)
 
 
 def output_names(params: cfg.ExperimentConfig, model: tf_keras.Model) -> list[str]:
@@ -99,7 +95,7 @@ def _output_index(detail: dict[str, Any]) -> int:
   return int(suffix) if suffix.isdigit() else 0
 
 
-def run_tflite(interpreter: tf.lite.Interpreter, image: np.ndarray,
+def run_tflite(interpreter: Any, image: np.ndarray,
                names: list[str]) -> dict[str, np.ndarray]:
   """One inference: the outputs by `names` (output_names)."""
   detail = interpreter.get_input_details()[0]
