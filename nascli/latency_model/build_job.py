@@ -11,6 +11,9 @@ the job is built like every other nascli job: the job dir holds an append-only j
   {"event": "measured", "index": I, "split": "train" | "heldout", "nas_params", "latency_ms",
    "report": {...}, "session": K}                                        one per architecture
   {"event": "failed", "index": I, "split", "nas_params", "error", "session": K}
+  {"event": "layer", "key": "mbconv k5 e6 se0 in24 out40 s2 @56", "latency_ms", "report",
+   "session": K}                                  --measure_layers: one per layer of the space
+  {"event": "layer_failed", "key", "error", "session": K}
 
 - The architectures are a pure function of the settings: the first `num_architectures` that
   random search proposes with `--seed` (`controller.random_architectures`), then
@@ -20,6 +23,10 @@ the job is built like every other nascli job: the job dir holds an append-only j
 - A rerun with other settings (the first line's fingerprint) is refused in one line and
   nothing is written; `--overwrite` starts over. A session on another device or runtime
   version than the first is refused too: the model is of one device.
+- With `--measure_layers`, every distinct layer of the space (`cost_features.all_layers`:
+  938 for mnasnet) is also timed alone, interleaved with the architectures, for the
+  `layer_lookup` predictor: the sum of an architecture's layers, calibrated on the measured
+  architectures (nn-Meter's kernels, ProxylessNAS's lookup table).
 - Every session starts by timing the reference architecture (the space's first candidate of
   every decision), so drift between sessions shows in the journal and on screen.
 - A line cut by SIGKILL is dropped when the journal is next opened for writing (and skipped by
@@ -54,6 +61,8 @@ LOCK_NAME = '.lock'
 MODEL_NAME = 'latency_model.json'
 # The held-out architectures come from a random stream of their own: seed + this.
 HELDOUT_SEED_OFFSET = 1_000_003
+# --measure_layers times about a thousand layers: one progress line per this many.
+LAYER_PROGRESS_EVERY = 50
 # A session stops after this many architectures in a row that could not be measured: the
 # cause is then the setup (a runtime that cannot run here), not one architecture.
 MAX_FAILURES_IN_A_ROW = 3
@@ -83,6 +92,7 @@ class BuildArgs:
   ray_node_ip: str | None = None
   ray_num_cpus: int | None = None
   ray_temp_dir: str | None = None
+  measure_layers: bool = False
 
   @property
   def output_path(self) -> str:
@@ -101,6 +111,8 @@ class BuildArgs:
             'runtime': self.runtime, 'input_size': self.input_size,
             'num_threads': self.num_threads, 'runs': self.runs, 'seed': self.seed,
             'num_architectures': self.num_architectures, 'num_heldout': self.num_heldout,
+            # Only when set: a journal from before the flag keeps its fingerprint.
+            **({'measure_layers': True} if self.measure_layers else {}),
             # The rest of how a model is timed (warm-up, spread limit, retries): another nascli
             # may time otherwise, and its measurements are not these.
             'timing': {k: v for k, v in dataclasses.asdict(self.timing).items()
@@ -327,6 +339,26 @@ def architectures(space_name: str, args: BuildArgs) -> list[Arch]:
           + [Arch(len(train) + i, HELDOUT, p) for i, p in enumerate(heldout)])
 
 
+def layer_keys(space_name: str, args: BuildArgs) -> list[str]:
+  """Every distinct layer of the space at the input size (`--measure_layers`), stable order."""
+  # pylint: disable=g-import-not-at-top
+  from nascli.latency_model import encoding
+  from tf_vision.search_spaces import cost_features
+  from tf_vision.serving import layer_latency
+  why = layer_latency.available(space_name, args.runtime)
+  if why:
+    raise NascliError(f'--measure_layers: {why}')
+  enumerate_all = cost_features.all_layers(space_name)
+  return enumerate_all(encoding.decisions_of_space(space_name), args.input_size)
+
+
+def _spread(first: Sequence[Any], second: Sequence[Any]) -> list[Any]:
+  """Both lists merged, each spread evenly over the whole, in their own order."""
+  placed = [((i + 0.5) / len(first), 0, x) for i, x in enumerate(first)]
+  placed += [((i + 0.5) / len(second), 1, x) for i, x in enumerate(second)]
+  return [x for _, _, x in sorted(placed, key=lambda p: (p[0], p[1]))]
+
+
 def measuring_order(archs: Sequence[Arch]) -> list[Arch]:
   """Held-out architectures spread evenly among the others, so that whatever drifts during a
   session (heat, other load) falls on both alike."""
@@ -378,6 +410,7 @@ class LocalMeasurer:
     self.spec = spec
     self._files: list[str] = []
     self._tmp: tempfile.TemporaryDirectory | None = None
+    self._params: Any = None
 
   def start(self) -> dict[str, Any]:
     """Pins, loads TensorFlow and Model Garden, and says where it measures."""
@@ -410,6 +443,15 @@ class LocalMeasurer:
         spec.search_space, dict(nas_params), spec.input_size, spec.runtime, spec.timing,
         self._files, spec.search_space_module)
 
+  def measure_layer(self, key: str) -> dict[str, Any]:
+    from tf_vision.serving import layer_latency  # pylint: disable=g-import-not-at-top
+    spec = self.spec
+    if self._params is None:
+      self._params = arch_latency.experiment_params(spec.search_space, self._files,
+                                                    spec.search_space_module)
+    return layer_latency.measure_layer(self._params, spec.search_space, key, spec.runtime,
+                                       spec.timing)
+
   def close(self) -> None:
     if self._tmp is not None:
       self._tmp.cleanup()
@@ -432,6 +474,12 @@ class MeasurerActor:
   def measure(self, nas_params: Mapping[str, str]) -> dict[str, Any]:
     try:
       return self.measurer.measure(nas_params)
+    except Exception as e:  # pylint: disable=broad-except
+      return {'error': _one_line(e), 'error_type': type(e).__name__}
+
+  def measure_layer(self, key: str) -> dict[str, Any]:
+    try:
+      return self.measurer.measure_layer(key)
     except Exception as e:  # pylint: disable=broad-except
       return {'error': _one_line(e), 'error_type': type(e).__name__}
 
@@ -518,6 +566,12 @@ class RayMeasurer:
       raise MeasureError(report['error'], report.get('error_type'))
     return report
 
+  def measure_layer(self, key: str) -> dict[str, Any]:
+    report = self._get(self._actor.measure_layer.remote(key))
+    if 'error' in report:
+      raise MeasureError(report['error'], report.get('error_type'))
+    return report
+
   def close(self) -> None:
     if self._ray.is_initialized():
       with contextlib.suppress(Exception):
@@ -546,6 +600,8 @@ class _State:
   sessions: list[dict[str, Any]]
   measured: dict[int, dict[str, Any]]
   failed: dict[int, dict[str, Any]]
+  layers: dict[str, dict[str, Any]] = dataclasses.field(default_factory=dict)
+  layers_failed: dict[str, dict[str, Any]] = dataclasses.field(default_factory=dict)
 
 
 def _state(events: Sequence[Mapping[str, Any]]) -> _State:
@@ -559,6 +615,11 @@ def _state(events: Sequence[Mapping[str, Any]]) -> _State:
       state.failed.pop(event['index'], None)
     elif kind == 'failed':
       state.failed[event['index']] = dict(event)
+    elif kind == 'layer':
+      state.layers[event['key']] = dict(event)
+      state.layers_failed.pop(event['key'], None)
+    elif kind == 'layer_failed':
+      state.layers_failed[event['key']] = dict(event)
   return state
 
 
@@ -621,19 +682,23 @@ def _where_event(where: Mapping[str, Any], args: BuildArgs, session: int,
           'reference': dict(reference)}
 
 
-def _measure_pending(args: BuildArgs, journal: Journal, archs: Sequence[Arch], state: _State,
-                     space_name: str, progress: Callable[[str], None] | None) -> None:
-  """One session: start a measurer, re-time the reference, measure what the journal lacks."""
+def _measure_pending(args: BuildArgs, journal: Journal, archs: Sequence[Arch],
+                     layers: Sequence[str], state: _State, space_name: str,
+                     progress: Callable[[str], None] | None) -> None:
+  """One session: start a measurer, re-time the reference, measure what the journal lacks
+  (the architectures, and with --measure_layers the layers, spread among each other)."""
   pending = [a for a in measuring_order(archs) if a.index not in state.measured]
+  pending_layers = [k for k in layers if k not in state.layers]
   total = len(archs)
   spec = measure_spec(args)
   where_to = f'on Ray ({args.ray_address})' if args.ray_address else 'here'
-  _say(progress, f'{len(pending)} of {total} architectures to measure ({args.runtime} at'
+  also = (f' and {len(pending_layers)} of {len(layers)} layers alone' if layers else '')
+  _say(progress, f'{len(pending)} of {total} architectures{also} to measure ({args.runtime} at'
        f' {args.input_size}x{args.input_size}, {args.num_threads} thread'
        f'{"s" if args.num_threads != 1 else ""}) {where_to}; loading TensorFlow')
   measurer = RayMeasurer(spec, args) if args.ray_address else LocalMeasurer(spec)
   session = len(state.sessions) + 1
-  done = len(state.measured)
+  done, layers_done = len(state.measured), len(state.layers)
   try:
     where = measurer.start()
     _check_session(where, state.sessions[0] if state.sessions else None, args.job_dir)
@@ -643,31 +708,49 @@ def _measure_pending(args: BuildArgs, journal: Journal, archs: Sequence[Arch], s
     first = state.sessions[0]['reference']['latency_ms'] if state.sessions else None
     _say(progress, _drift_line(reference['latency_ms'], first))
     failures = 0
-    for arch in pending:
+    for item in _spread(pending, pending_layers):
       try:
-        report = measurer.measure(arch.nas_params)
+        if isinstance(item, Arch):
+          report = measurer.measure(item.nas_params)
+        else:
+          report = measurer.measure_layer(item)
       except Exception as e:  # pylint: disable=broad-except
         if interrupts.received():  # a signal that came back as TensorFlow's own error
           raise interrupts.Interrupted(interrupts.received()) from e
         why = _one_line(e) if isinstance(e, NascliError) else (
             f'{type(e).__name__}: {_one_line(e)}')
         failures += 1
-        journal.append({'event': 'failed', 'index': arch.index, 'split': arch.split,
-                        'nas_params': arch.nas_params, 'error': why, 'session': session})
-        _say(progress, f'architecture {arch.index} could not be measured: {why}')
+        if isinstance(item, Arch):
+          journal.append({'event': 'failed', 'index': item.index, 'split': item.split,
+                          'nas_params': item.nas_params, 'error': why, 'session': session})
+          _say(progress, f'architecture {item.index} could not be measured: {why}')
+        else:
+          journal.append({'event': 'layer_failed', 'key': item, 'error': why,
+                          'session': session})
+          _say(progress, f'layer {item!r} could not be measured: {why}')
         if failures >= MAX_FAILURES_IN_A_ROW:
-          raise NascliError(f'{failures} architectures in a row could not be measured, the'
-                            f' last: {why}') from None
+          raise NascliError(f'{failures} in a row could not be measured, the last: {why}'
+                            ) from None
         continue
       failures = 0
-      done += 1
-      journal.append({'event': 'measured', 'index': arch.index, 'split': arch.split,
-                      'nas_params': arch.nas_params, 'latency_ms': report['latency_ms'],
-                      'report': _summary(report), 'session': session})
-      _say(progress, _progress_line(done, total, report))
+      if isinstance(item, Arch):
+        done += 1
+        journal.append({'event': 'measured', 'index': item.index, 'split': item.split,
+                        'nas_params': item.nas_params, 'latency_ms': report['latency_ms'],
+                        'report': _summary(report), 'session': session})
+        _say(progress, _progress_line(done, total, report))
+      else:
+        layers_done += 1
+        journal.append({'event': 'layer', 'key': item, 'latency_ms': report['latency_ms'],
+                        'report': _summary(report), 'session': session})
+        if layers_done % LAYER_PROGRESS_EVERY == 0 or layers_done == len(layers):
+          _say(progress, f'layers {layers_done}/{len(layers)} timed alone (the last:'
+                         f' {item}, {report["latency_ms"]:.4g} ms)')
   except KeyboardInterrupt as e:
+    layers_part = f' and {layers_done} of {len(layers)} layers' if layers else ''
     raise interrupts.Interrupted.of(
-        e, f'latency measurements in {args.job_dir} after {done} of {total} architectures',
+        e, f'latency measurements in {args.job_dir} after {done} of {total} architectures'
+        f'{layers_part}',
         'run the same command again to continue: what is measured is kept') from None
   finally:
     measurer.close()
@@ -675,7 +758,8 @@ def _measure_pending(args: BuildArgs, journal: Journal, archs: Sequence[Arch], s
 
 # What a measurement line keeps of a runtime's report.
 _REPORT_KEYS = ('latency_ms', 'median_ms', 'p10_ms', 'p90_ms', 'min_ms', 'spread', 'drift',
-                'runs', 'warmup_runs', 'rounds', 'noisy', 'build_s', 'convert_s', 'tflite_bytes')
+                'runs', 'warmup_runs', 'rounds', 'noisy', 'build_s', 'convert_s', 'tflite_bytes',
+                'seconds')
 
 
 def _summary(report: Mapping[str, Any]) -> dict[str, Any]:
@@ -694,12 +778,15 @@ def _fit(args: BuildArgs, archs: Sequence[Arch], state: _State, space_name: str)
   reference = {'nas_params': first['reference']['nas_params'],
                'ms': first['reference']['latency_ms'],
                'sessions': [s['reference']['latency_ms'] for s in state.sessions]}
+  table = None
+  if args.measure_layers and state.layers:
+    table = {key: float(e['latency_ms']) for key, e in state.layers.items()}
   return latency_model.build(
       rows[TRAIN], rows[HELDOUT], space=space_name,
       decisions=latency_model.decisions_of_space(space_name), runtime=args.runtime,
       runtime_version=first['runtime_version'], device=first['device'],
       input_size=args.input_size, num_threads=args.num_threads, seed=args.seed,
-      reference=reference)
+      reference=reference, layer_table=table)
 
 
 def run(args: BuildArgs, progress: Callable[[str], None] | None = None) -> dict[str, Any]:
@@ -732,11 +819,18 @@ def run(args: BuildArgs, progress: Callable[[str], None] | None = None) -> dict[
                       'fingerprint': fingerprint(settings)})
     state = _state(events)
     _check_archs(archs, state, journal.path)
-    if len(state.measured) < len(archs):
-      _measure_pending(args, journal, archs, state, entry.name, progress)
+    layers = layer_keys(entry.name, args) if args.measure_layers else []
+    if len(state.measured) < len(archs) or any(k not in state.layers for k in layers):
+      _measure_pending(args, journal, archs, layers, state, entry.name, progress)
       state = _state(journal.events())
     else:
       _say(progress, f'all {len(archs)} architectures are measured ({journal.path}): fitting')
+    missing = [k for k in layers if k not in state.layers]
+    if missing:
+      raise NascliError(f'{len(missing)} of {len(layers)} layers could not be timed alone (the'
+                        f' first: {missing[0]!r}, {state.layers_failed.get(missing[0], {}).get("error", "?")});'
+                        ' run the same command again to retry them, or leave --measure_layers'
+                        ' out')
     model = _fit(args, archs, state, entry.name)
     model.save(args.output_path)
   sessions = [s['reference']['latency_ms'] for s in state.sessions]
@@ -744,4 +838,5 @@ def run(args: BuildArgs, progress: Callable[[str], None] | None = None) -> dict[
           'latency_model': model.to_dict(), 'measured': len(state.measured),
           'failed': sorted(state.failed),
           'noisy': sorted(i for i, e in state.measured.items() if e['report'].get('noisy')),
+          'layers': len(state.layers),
           'sessions': len(state.sessions), 'reference_ms': sessions}

@@ -55,6 +55,9 @@ class Layout:
   literals: tuple[tuple[str | None, ...], ...]
   space: str | None = None
   input_size: int | None = None
+  # {layer key: ms} of layers timed alone (`build_latency_model --measure_layers`), for the
+  # `layer_lookup` kind's fitting; a fitted model carries its own copy in its params.
+  layer_table: Mapping[str, float] | None = dataclasses.field(default=None, compare=False)
 
   def nas_params(self, indices: Sequence[int]) -> dict[str, str]:
     """The Vertex nas_params of an architecture given by its candidate indices."""

@@ -259,7 +259,8 @@ def build(rows_train: Rows, rows_heldout: Rows, *, space: str,
           decisions: Mapping[str, Any] | None, runtime: str, runtime_version: str, device: str,
           input_size: int, num_threads: int | None, seed: int,
           reference: Mapping[str, Any] | tuple[Mapping[str, Any], float] | None = None,
-          batch_size: int = 1, kinds: Sequence[str] | None = None) -> LatencyModel:
+          batch_size: int = 1, kinds: Sequence[str] | None = None,
+          layer_table: Mapping[str, float] | None = None) -> LatencyModel:
   """Fits a latency model on `rows_train` and reports its error on `rows_heldout`.
 
   The kind is chosen by cross-validation on the training rows only; the held-out rows are only
@@ -275,6 +276,7 @@ def build(rows_train: Rows, rows_heldout: Rows, *, space: str,
     reference: The reference architecture timed at build time: `{"nas_params", "ms", ...}` or
       a (nas_params, ms) pair.
     kinds: The predictor kinds to choose from (default: every registered one).
+    layer_table: {layer key: ms} of the space's layers timed alone (`layer_lookup`).
 
   Returns:
     The model (not saved).
@@ -283,7 +285,7 @@ def build(rows_train: Rows, rows_heldout: Rows, *, space: str,
     decisions = encoding.decisions_from_rows([r[0] for r in list(rows_train) + list(rows_heldout)])
   decisions = encoding.normalize_decisions(decisions)
   best = predictors.fit_best(rows_train, seed, decisions=decisions, kinds=kinds, space=space,
-                             input_size=int(input_size))
+                             input_size=int(input_size), layer_table=layer_table)
   if reference is not None and not isinstance(reference, Mapping):
     reference = {'nas_params': reference[0], 'ms': reference[1]}
   model = LatencyModel(

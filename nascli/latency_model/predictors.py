@@ -12,6 +12,7 @@ model that is slightly better in CV is as likely to be fitting noise.
 """
 
 import abc
+import dataclasses
 import heapq
 import itertools
 import math
@@ -695,25 +696,7 @@ class CostFeatures(Predictor):
     return math.fsum([params['intercept']] + [weights[n] * features[n] for n in sorted(weights)])
 
   def argmin(self, lay: Layout, params: Params) -> tuple[int, ...]:
-    rng = np.random.default_rng(0)
-    starts = [[0] * len(lay.counts)] + [[int(rng.integers(n)) for n in lay.counts]
-                                        for _ in range(self.ARGMIN_STARTS)]
-    best = None
-    for arch in starts:
-      cost = self.raw(lay, params, arch)
-      improved = True
-      while improved:
-        improved = False
-        for d, n in enumerate(lay.counts):
-          for c in range(n):
-            if c != arch[d]:
-              trial = arch[:d] + [c] + arch[d + 1:]
-              trial_cost = self.raw(lay, params, trial)
-              if trial_cost < cost:
-                arch, cost, improved = trial, trial_cost, True
-      if best is None or cost < best[0]:
-        best = (cost, tuple(arch))
-    return best[1]
+    return _descend(lay, lambda arch: self.raw(lay, params, arch), self.ARGMIN_STARTS)
 
   def check(self, lay: Layout, params: Params) -> None:
     if not _finite(params.get('intercept')):
@@ -730,6 +713,122 @@ class CostFeatures(Predictor):
       raise NascliError(f'latency model of kind cost_features: search space {lay.space!r} '
                         'registers no cost features here (import the module that defines it)')
     return fn(lay.nas_params(indices), lay.input_size)
+
+
+def _descend(lay: Layout, cost: Callable[[Sequence[int]], float], starts: int) -> tuple[int, ...]:
+  """An architecture of low `cost` (a black box): coordinate descent, one decision at a time to
+  its best candidate until nothing improves, from the all-baseline architecture and `starts`
+  seeded random ones; the best end."""
+  rng = np.random.default_rng(0)
+  begins = [[0] * len(lay.counts)] + [[int(rng.integers(n)) for n in lay.counts]
+                                      for _ in range(starts)]
+  best = None
+  for arch in begins:
+    value = cost(arch)
+    improved = True
+    while improved:
+      improved = False
+      for d, n in enumerate(lay.counts):
+        for c in range(n):
+          if c != arch[d]:
+            trial = arch[:d] + [c] + arch[d + 1:]
+            trial_value = cost(trial)
+            if trial_value < value:
+              arch, value, improved = trial, trial_value, True
+    if best is None or value < best[0]:
+      best = (value, tuple(arch))
+  return best[1]
+
+
+@register_predictor('layer_lookup')
+class LayerLookup(Predictor):
+  """The sum of the architecture's layers, each timed alone: ms = c + sum_g a_g x T_g.
+
+  `build_latency_model --measure_layers` times every distinct layer of the space on the device
+  (about a thousand for mnasnet: a layer depends on its block's choices and its input's
+  channels only), and T_g is the sum of the table's ms over the architecture's layers of
+  block kind g (the key's first word: `conv`, `mbconv`). What timing alone misses (the stem
+  and head, the interpreter's per-call overhead, caches warm from the previous layer) is
+  fitted on the whole measured architectures: the constant c and one scale a_g per kind, by
+  non-negative least squares on relative error. That is nn-Meter's and ProxylessNAS's
+  predictor: a table the size of the layer space, where a model over whole architectures
+  has a hundred rows to fit from. `argmin` is coordinate descent (an upper bound).
+  """
+
+  ARGMIN_STARTS = 16
+
+  def unavailable(self, lay: Layout) -> str | None:
+    if lay.space is None or lay.input_size is None:
+      return 'the space name and input size are not known'
+    if _layers_fn(lay.space) is None:
+      return f'search space {lay.space!r} registers no layers'
+    if not lay.layer_table:
+      return 'no layers were timed alone (build_latency_model --measure_layers)'
+    if any(literal is None for literals in lay.literals for literal in literals):
+      return 'the literals of some candidates are not known'
+    return None
+
+  def fit(self, lay: Layout, x: np.ndarray, y: np.ndarray, seed: int) -> Params:
+    from scipy import optimize  # pylint: disable=g-import-not-at-top
+    table = {str(k): float(v) for k, v in (lay.layer_table or {}).items()}
+    sums = [self._sums(lay, table, row) for row in np.asarray(x).tolist()]
+    kinds = sorted({k for s in sums for k in s})
+    features = np.array([[s.get(k, 0.0) for k in kinds] for s in sums], dtype=float)
+    design = np.hstack([np.ones((len(y), 1)), features]) / y[:, None]
+    coef, _ = optimize.nnls(design, np.ones(len(y)))
+    return {'intercept': float(coef[0]),
+            'scales': {k: float(a) for k, a in zip(kinds, coef[1:])},
+            'table': dict(sorted(table.items()))}
+
+  def raw(self, lay: Layout, params: Params, indices: Sequence[int]) -> float:
+    scales = params['scales']
+    terms = [params['intercept']]
+    for kind, total in sorted(self._sums(lay, params['table'], indices).items()):
+      if kind not in scales:
+        raise NascliError(f'latency model of kind layer_lookup: no scale for {kind!r} layers '
+                          '(the model was fitted on architectures without them)')
+      terms.append(scales[kind] * total)
+    return math.fsum(terms)
+
+  def argmin(self, lay: Layout, params: Params) -> tuple[int, ...]:
+    return _descend(lay, lambda arch: self.raw(lay, params, arch), self.ARGMIN_STARTS)
+
+  def check(self, lay: Layout, params: Params) -> None:
+    if not _finite(params.get('intercept')):
+      raise ValueError(f'intercept is {params.get("intercept")!r}, expected a finite number')
+    for field, positive in (('scales', False), ('table', True)):
+      value = params.get(field)
+      if (not isinstance(value, Mapping) or not value
+          or not all(isinstance(k, str) and _finite(v) and (v > 0 if positive else v >= 0)
+                     for k, v in value.items())):
+        raise ValueError(f'{field}: expected an object {{name: {"ms > 0" if positive else "scale >= 0"}}}'
+                         f', got {_short(value)}')
+
+  def _keys(self, lay: Layout, indices: Sequence[int]) -> list[str]:
+    fn = _layers_fn(lay.space) if lay.space is not None else None
+    if fn is None or lay.input_size is None:
+      raise NascliError(f'latency model of kind layer_lookup: search space {lay.space!r} '
+                        'registers no layers here (import the module that defines it)')
+    return fn(lay.nas_params(indices), lay.input_size)
+
+  def _sums(self, lay: Layout, table: Mapping[str, float], indices: Sequence[int]
+            ) -> dict[str, float]:
+    out: dict[str, float] = {}
+    for key in self._keys(lay, indices):
+      if key not in table:
+        raise NascliError(f'latency model of kind layer_lookup: layer {key!r} was not timed '
+                          '(the space has changed since the model was built)')
+      kind = key.split(' ', 1)[0]
+      out[kind] = out.get(kind, 0.0) + table[key]
+    return out
+
+
+def _layers_fn(space: str) -> Callable[[Mapping[str, Any], int], list[str]] | None:
+  """The space's registered layer keys (importing the prebuilt spaces: no pyglove)."""
+  # pylint: disable=g-import-not-at-top
+  import tf_vision.search_spaces  # noqa: F401  (registers mnasnet's)
+  from tf_vision.search_spaces import cost_features
+  return cost_features.layers(space)
 
 
 def _features_fn(space: str) -> Callable[[Mapping[str, Any], int], dict[str, float]] | None:
@@ -764,7 +863,8 @@ def rows_to_arrays(rows: Rows, decisions: Mapping[str, Sequence[str | None]],
 def fit_best(rows: Rows, seed: int, *, decisions: Mapping[str, Any] | None = None,
              kinds: Sequence[str] | None = None, folds: int = FOLDS,
              margin: float = MARGIN, space: str | None = None,
-             input_size: int | None = None) -> BestFit:
+             input_size: int | None = None,
+             layer_table: Mapping[str, float] | None = None) -> BestFit:
   """Chooses a predictor kind by k-fold CV and refits it on every row.
 
   Args:
@@ -779,6 +879,7 @@ def fit_best(rows: Rows, seed: int, *, decisions: Mapping[str, Any] | None = Non
       `(1 - margin) x linear's`.
     space, input_size: The space's name and the input size measured at, for kinds that
       compute from the architecture itself (`Layout.space`, `Layout.input_size`).
+    layer_table: {layer key: ms} of the space's layers timed alone, for `layer_lookup`.
 
   Returns:
     BestFit(kind, params refitted on all rows, {kind: CV mean absolute percentage error, %}).
@@ -792,6 +893,8 @@ def fit_best(rows: Rows, seed: int, *, decisions: Mapping[str, Any] | None = Non
   decisions = (encoding.decisions_from_rows(r[0] for r in rows) if decisions is None
                else encoding.normalize_decisions(decisions))
   lay = encoding.layout(decisions, space, input_size)
+  if layer_table:
+    lay = dataclasses.replace(lay, layer_table=dict(layer_table))
   if kinds is None:
     kinds = [kind for kind, p in PREDICTORS.items() if p.unavailable(lay) is None]
   kinds = list(dict.fromkeys(kinds))

@@ -12,10 +12,16 @@ No TensorFlow, no pyglove: the search driver predicts from `nas_params` alone.
 """
 
 import re
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Mapping, Sequence
 
 Features = Callable[[Mapping[str, Any], int], dict[str, float]]
 _REGISTRY: dict[str, Features] = {}
+# (nas_params, input_size) -> the keys of the model's layers, in order (repeats repeated).
+Layers = Callable[[Mapping[str, Any], int], list[str]]
+# (decisions {path: [candidate literals]}, input_size) -> every distinct layer key of the space.
+AllLayers = Callable[[Mapping[str, Sequence[Any]], int], list[str]]
+_LAYERS: dict[str, Layers] = {}
+_ALL_LAYERS: dict[str, AllLayers] = {}
 _VALUE = re.compile(r'^\s*(\d+)\s*/\s*(\d+)\s*\((.*)\)\s*$')
 
 
@@ -30,6 +36,33 @@ def register_cost_features(space: str) -> Callable[[Features], Features]:
 def cost_features(space: str) -> Features | None:
   """The space's registered features function, None when it has none."""
   return _REGISTRY.get(space)
+
+
+def register_layers(space: str) -> Callable[[Layers], Layers]:
+  """Decorator: `fn(nas_params, input_size)` names the layers of `space`'s models, one key per
+  layer (everything its latency depends on), for the `layer_lookup` predictor's table of
+  layers timed alone (nn-Meter's kernels, ProxylessNAS's lookup table)."""
+  def register(fn: Layers) -> Layers:
+    _LAYERS[space] = fn
+    return fn
+  return register
+
+
+def register_all_layers(space: str) -> Callable[[AllLayers], AllLayers]:
+  """Decorator: `fn(decisions, input_size)` lists every distinct layer key of `space`: what
+  `build_latency_model --measure_layers` times, so that any architecture can be looked up."""
+  def register(fn: AllLayers) -> AllLayers:
+    _ALL_LAYERS[space] = fn
+    return fn
+  return register
+
+
+def layers(space: str) -> Layers | None:
+  return _LAYERS.get(space)
+
+
+def all_layers(space: str) -> AllLayers | None:
+  return _ALL_LAYERS.get(space)
 
 
 def literal(value: Any) -> str:

@@ -7,7 +7,9 @@ pyglove is imported when the space is built: the registration is read by flag ch
 not load it.
 """
 
-from typing import Any, Mapping
+import itertools
+import re
+from typing import Any, Mapping, NamedTuple, Sequence
 
 from tf_vision.search_spaces import cost_features
 from tf_vision.search_spaces import registry
@@ -98,16 +100,124 @@ def _round_filters(filters: float) -> int:
   return int(rounded + _DIVISOR if rounded < 0.9 * filters else rounded)
 
 
+class Layer(NamedTuple):
+  """One block of a built model (one repeat of a group): what its latency depends on."""
+  block_fn: str
+  kernel_size: int
+  expand_ratio: int  # 1 for a conv block (unused there)
+  se_ratio: float  # 0.0 for a conv block (unused there)
+  in_filters: int
+  out_filters: int
+  strides: int
+  size: int  # the side of its input
+  level: int  # its output resolution: 0 is 1/2 of the input, 4 is 1/32
+
+  def key(self) -> str:
+    """The layer's name in a latency lookup table: everything it is built from."""
+    if self.block_fn == 'conv':
+      return (f'conv k{self.kernel_size} in{self.in_filters} out{self.out_filters} '
+              f's{self.strides} @{self.size}')
+    return (f'mbconv k{self.kernel_size} e{self.expand_ratio} se{self.se_ratio:g} '
+            f'in{self.in_filters} out{self.out_filters} s{self.strides} @{self.size}')
+
+
+_KEY_RE = re.compile(r'^(conv|mbconv) k(\d+)(?: e(\d+) se([\d.]+))? in(\d+) out(\d+) s(\d) @(\d+)$')
+
+
+def parse_layer(key: str) -> Layer:
+  """The Layer a key names (`Layer.key`); ValueError naming the key otherwise."""
+  match = _KEY_RE.match(key)
+  if not match or (match.group(1) == 'mbconv') != (match.group(3) is not None):
+    raise ValueError(f'{key!r} is not an mnasnet layer key')
+  fn, k, e, se, cin, cout, s, size = match.groups()
+  return Layer(fn, int(k), int(e or 1), float(se or 0.0), int(cin), int(cout), int(s),
+               int(size), -1)
+
+
+def _group_values(nas_params: Mapping[str, Any]) -> dict[int, dict[str, str]]:
+  blocks: dict[int, dict[str, str]] = {}
+  for key, value in nas_params.items():
+    group, _, field = key.partition('.')
+    blocks.setdefault(int(group[len('blocks['):-1]), {})[field] = cost_features.literal(value)
+  return blocks
+
+
+def _group_layers(group: int, b: Mapping[str, str], size: int, channels: int, level: int,
+                  repeats: int) -> list[Layer]:
+  """The layers of group `group` with choices `b`, from an input of side `size`."""
+  out = []
+  filters = _round_filters(int(b['output_filters']))
+  conv = b['block_fn'] == 'conv'
+  kernel = int(b['kernel_size'])
+  expand = 1 if conv else int(float(b['expand_ratio']))
+  se = 0.0 if conv else float(b['se_ratio'])
+  for repeat in range(repeats):
+    stride = _GROUP_STRIDES[group] if repeat == 0 else 1
+    level = min(level + (stride == 2), _LEVELS - 1)
+    out.append(Layer(b['block_fn'], kernel, expand, se, channels, filters, stride, size, level))
+    size, channels = -(-size // stride), filters
+  return out
+
+
+def mnasnet_layers(nas_params: Mapping[str, Any], input_size: int) -> list[Layer]:
+  """The blocks of the built model in order (the stem and head are the same for every
+  architecture)."""
+  blocks = _group_values(nas_params)
+  size, channels, level = -(-input_size // 2), _STEM_FILTERS, 0
+  out: list[Layer] = []
+  for group in sorted(blocks):
+    layers = _group_layers(group, blocks[group], size, channels, level,
+                           int(blocks[group]['num_repeats']))
+    out.extend(layers)
+    last = layers[-1]
+    size, channels, level = -(-last.size // last.strides), last.out_filters, last.level
+  return out
+
+
+@cost_features.register_layers('mnasnet')
+def mnasnet_layer_keys(nas_params: Mapping[str, Any], input_size: int) -> list[str]:
+  return [layer.key() for layer in mnasnet_layers(nas_params, input_size)]
+
+
+@cost_features.register_all_layers('mnasnet')
+def mnasnet_all_layer_keys(decisions: Mapping[str, Sequence[Any]], input_size: int) -> list[str]:
+  """Every distinct layer key of the space's architectures, in a stable order.
+
+  A group's layers depend on its own choices and on the previous group's output filters only
+  (sides and strides are fixed), so the space's ~1e16 architectures have about a thousand
+  distinct layers: each group's choices x its input filters are enumerated.
+  """
+  fields: dict[int, dict[str, list[str]]] = {}
+  for key, literals in decisions.items():
+    group, _, field = key.partition('.')
+    fields.setdefault(int(group[len('blocks['):-1]), {})[field] = [
+        cost_features.literal(v) for v in literals]
+  keys: dict[str, None] = {}
+  size, level = -(-input_size // 2), 0
+  inputs = [str(_STEM_FILTERS)]
+  for group in sorted(fields):
+    f = fields[group]
+    names = [n for n in BLOCK_FIELDS if n not in ('num_repeats', 'output_filters')]
+    repeats = max(int(r) for r in f['num_repeats'])
+    for choice in itertools.product(*(f[n] for n in names)):
+      for out_filters in f['output_filters']:
+        for channels in inputs:
+          b = dict(zip(names, choice), output_filters=out_filters)
+          layers = _group_layers(group, b, size, _round_filters(int(channels)), level, repeats)
+          for layer in layers:
+            keys.setdefault(layer.key())
+    size = -(-size // _GROUP_STRIDES[group])
+    level = min(level + (_GROUP_STRIDES[group] == 2), _LEVELS - 1)
+    inputs = f['output_filters']
+  return list(keys)
+
+
 @cost_features.register_cost_features('mnasnet')
 def mnasnet_cost_features(nas_params: Mapping[str, Any], input_size: int) -> dict[str, float]:
   """The blocks' multiply-adds by operation kind, in all and per output resolution (a kernel's
   speed per multiply-add depends on the tensor sizes it runs at), operation counts by kind (the
   fixed cost of each op, which dominates small inputs), and the tensors each kind reads and
   writes. The stem and head are the same for every architecture: the model's constant."""
-  blocks: dict[int, dict[str, str]] = {}
-  for key, value in nas_params.items():
-    group, _, field = key.partition('.')
-    blocks.setdefault(int(group[len('blocks['):-1]), {})[field] = cost_features.literal(value)
   out: dict[str, float] = {}
 
   def add(name: str, value: float) -> None:
@@ -123,45 +233,41 @@ def mnasnet_cost_features(nas_params: Mapping[str, Any], input_size: int) -> dic
     add(name, 0)
   for level in range(_LEVELS):
     add(f'expanded_activations_level{level}', 0)
-  size, channels, level = -(-input_size // 2), _STEM_FILTERS, 0
-  for group in sorted(blocks):
-    b = blocks[group]
-    filters = _round_filters(int(b['output_filters']))
-    kernel, expand = int(b['kernel_size']), int(float(b['expand_ratio']))
-    for repeat in range(int(b['num_repeats'])):
-      stride = _GROUP_STRIDES[group] if repeat == 0 else 1
-      out_size = -(-size // stride)
-      level = min(level + (stride == 2), _LEVELS - 1)
+  size, channels = -(-input_size // 2), _STEM_FILTERS
+  for layer in mnasnet_layers(nas_params, input_size):
+    size, channels, stride = layer.size, layer.in_filters, layer.strides
+    filters, kernel, expand = layer.out_filters, layer.kernel_size, layer.expand_ratio
+    out_size = -(-size // stride)
 
-      def mac(name: str, value: float) -> None:
-        add(f'mac_{name}', value)
-        add(f'mac_{name}_level{level}', value)  # pylint: disable=cell-var-from-loop
+    def mac(name: str, value: float) -> None:
+      add(f'mac_{name}', value)
+      add(f'mac_{name}_level{layer.level}', value)  # pylint: disable=cell-var-from-loop
 
-      if b['block_fn'] == 'conv':
-        mac(f'conv{kernel}', out_size**2 * kernel**2 * channels * filters)
-        add('ops_conv', 1)
-        add('activations', size**2 * channels + out_size**2 * filters)
-      else:
-        mid = channels * expand
-        if expand > 1:
-          mac('pointwise', size**2 * channels * mid)
-          add('ops_pointwise', 1)
-          add('pointwise_memory', size**2 * (channels + mid) + channels * mid)
-          add('activations', size**2 * (channels + mid))
-        mac(f'depthwise{kernel}', out_size**2 * kernel**2 * mid)
-        mac('pointwise', out_size**2 * mid * filters)
-        add('ops_depthwise', 1)
+    if layer.block_fn == 'conv':
+      mac(f'conv{kernel}', out_size**2 * kernel**2 * channels * filters)
+      add('ops_conv', 1)
+      add('activations', size**2 * channels + out_size**2 * filters)
+    else:
+      mid = channels * expand
+      if expand > 1:
+        mac('pointwise', size**2 * channels * mid)
         add('ops_pointwise', 1)
-        add('depthwise_memory', size**2 * mid + out_size**2 * mid)
-        add('pointwise_memory', out_size**2 * (mid + filters) + mid * filters)
-        add('activations', out_size**2 * (2 * mid + filters))
-        add(f'expanded_activations_level{level}', out_size**2 * mid)
-        if float(b['se_ratio']) > 0:
-          add('se_blocks', 1)
-          add('se_activations', out_size**2 * mid)
-        if stride == 1 and channels == filters:
-          add('residual_adds', 1)
-          add('residual_activations', out_size**2 * filters)
-      size, channels = out_size, filters
+        add('pointwise_memory', size**2 * (channels + mid) + channels * mid)
+        add('activations', size**2 * (channels + mid))
+      mac(f'depthwise{kernel}', out_size**2 * kernel**2 * mid)
+      mac('pointwise', out_size**2 * mid * filters)
+      add('ops_depthwise', 1)
+      add('ops_pointwise', 1)
+      add('depthwise_memory', size**2 * mid + out_size**2 * mid)
+      add('pointwise_memory', out_size**2 * (mid + filters) + mid * filters)
+      add('activations', out_size**2 * (2 * mid + filters))
+      add(f'expanded_activations_level{layer.level}', out_size**2 * mid)
+      if layer.se_ratio > 0:
+        add('se_blocks', 1)
+        add('se_activations', out_size**2 * mid)
+      if stride == 1 and channels == filters:
+        add('residual_adds', 1)
+        add('residual_activations', out_size**2 * filters)
+    size, channels = out_size, filters
   add('head_inputs', size**2 * channels)  # the fixed-width 1x1 head conv reads these
   return out

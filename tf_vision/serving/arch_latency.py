@@ -323,17 +323,13 @@ def build_model(search_space: str, nas_params: dict[str, str], input_size: int,
   """(params, model) of an architecture at `input_size` x `input_size`, fresh weights: the
   space's experiment with `config_files`, the architecture's backbone, the input size last."""
   # pylint: disable=g-import-not-at-top
-  from official.core import exp_factory
-  from official.modeling import hyperparams
   from tf_vision import search_spaces
   from tf_vision.search_spaces import nas_params as nas_params_lib
   from tf_vision.serving import export_lib
   space = search_spaces.resolve_search_space(search_space, search_space_module)
   binding = space.require_binding()
   _, block_specs = nas_params_lib.decode(space.name, nas_params)
-  params = exp_factory.get_exp_config(binding.experiment)
-  for path in config_files or []:
-    params = hyperparams.override_params_dict(params, path, is_strict=True)
+  params = experiment_params(search_space, config_files, search_space_module)
   params.override(binding.backbone_override(block_specs), is_strict=True)
   channels = list(params.task.model.input_size[2:]) or [3]
   params.task.model.input_size = [input_size, input_size] + channels
@@ -341,6 +337,21 @@ def build_model(search_space: str, nas_params: dict[str, str], input_size: int,
       params=params, batch_size=1, input_image_size=[input_size, input_size],
       input_type='image_tensor', num_channels=3)
   return params, module.model
+
+
+def experiment_params(search_space: str, config_files: list[str] | None = None,
+                      search_space_module: str | None = None) -> Any:
+  """The space's experiment config with `config_files` applied (what every model of the
+  space is built from: norm, activation, head)."""
+  # pylint: disable=g-import-not-at-top
+  from official.core import exp_factory
+  from official.modeling import hyperparams
+  from tf_vision import search_spaces
+  space = search_spaces.resolve_search_space(search_space, search_space_module)
+  params = exp_factory.get_exp_config(space.require_binding().experiment)
+  for path in config_files or []:
+    params = hyperparams.override_params_dict(params, path, is_strict=True)
+  return params
 
 
 def pin(cpus: tuple[int, ...] | None) -> list[int]:
