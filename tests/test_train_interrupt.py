@@ -25,7 +25,7 @@ OVERRIDE = (f"trainer.train_steps={TRAIN_STEPS},trainer.steps_per_loop=10,"
             "trainer.checkpoint_interval=1000")
 # One training loop of all the steps: an interrupt that waited for the end of the loop would stop
 # only at its end (the issue: minutes with steps_per_loop 1,222).
-ONE_LOOP_STEPS = 120
+ONE_LOOP_STEPS = 80
 ONE_LOOP = (f"trainer.train_steps={ONE_LOOP_STEPS},trainer.steps_per_loop={ONE_LOOP_STEPS},"
             f"trainer.checkpoint_interval={10 * ONE_LOOP_STEPS}")
 _STOPPING = "\nCtrl-C: stopping at the next step; Ctrl-C again stops at once\n"
