@@ -105,14 +105,13 @@ class BuildArgs:
 
   def settings(self) -> dict[str, Any]:
     """What the measurements depend on; a rerun must give the same (`--pin_cpus`, the Ray
-    flags and `--output` may change between sessions)."""
+    flags and `--output` may change between sessions, and `--measure_layers` may be added to
+    a job: its layers are measured then, or left out of a refit)."""
     return {'search_space': self.search_space, 'search_space_module': self.search_space_module,
             'config_files': [_file_setting(p) for p in self.config_files],
             'runtime': self.runtime, 'input_size': self.input_size,
             'num_threads': self.num_threads, 'runs': self.runs, 'seed': self.seed,
             'num_architectures': self.num_architectures, 'num_heldout': self.num_heldout,
-            # Only when set: a journal from before the flag keeps its fingerprint.
-            **({'measure_layers': True} if self.measure_layers else {}),
             # The rest of how a model is timed (warm-up, spread limit, retries): another nascli
             # may time otherwise, and its measurements are not these.
             'timing': {k: v for k, v in dataclasses.asdict(self.timing).items()
