@@ -44,6 +44,11 @@ def _within(pred, meas) -> float:
   return round(float(np.mean(np.abs(pred - meas) / meas <= 0.10)), 3)
 
 
+def _mape(pred, meas) -> float:
+  pred, meas = np.asarray(pred, float), np.asarray(meas, float)
+  return round(100.0 * float(np.mean(np.abs(pred - meas) / meas)), 1)
+
+
 def _line(x_train, y_train, x_test):
   a, b = np.polyfit(np.asarray(x_train, float), np.asarray(y_train, float), 1)
   return a * np.asarray(x_test, float) + b
@@ -146,11 +151,12 @@ def main() -> None:
   table_out = {}
   for name, pred in preds.items():
     row = {"vs_round_1": {"kendall_tau": _tau(ranks.get(name, pred), y1),
-                          "within_10pct": _within(pred, y1)}}
+                          "within_10pct": _within(pred, y1), "mape": _mape(pred, y1)}}
     if second is not None and not name.startswith("the measurement"):
       mean = (y1 + second) / 2
       row["vs_mean_of_rounds"] = {"kendall_tau": _tau(ranks.get(name, pred), mean),
-                                  "within_10pct": _within(pred, mean)}
+                                  "within_10pct": _within(pred, mean),
+                                  "mape": _mape(pred, mean)}
     table_out[name] = row
   first_t = min(e["time"] for e in events if e["event"] in ("measured", "layer"))
   last_t = max(e["time"] for e in events if e["event"] in ("measured", "layer"))
