@@ -17,6 +17,15 @@ class OutputError(NascliError):
   """The output location cannot be used as asked (a file where a folder is needed, foreign data)."""
 
 
+class TrialsFailedError(NascliError):
+  """A search stopped because its trials failed: more than --max_failed_nas_trial, or every one.
+
+  Its own class so that a caller running a search as a part (search_proxy_task's candidates)
+  can tell this outcome from every other error of the search (other settings, a lock, a
+  damaged journal), which it must not mistake for failed trainings.
+  """
+
+
 class DownloadError(NascliError):
   """A data set could not be fetched; the message says which file to fetch by hand and where."""
 

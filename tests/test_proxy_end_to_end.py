@@ -6,6 +6,7 @@ tested without training in tests/test_search_proxy_task.py and tests/test_proxy_
 import json
 import math
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -15,6 +16,7 @@ import pytest
 import yaml
 from scipy import stats
 
+import tf_probe
 from conftest import journal_events, nascli_subprocess
 
 SHORT = "trainer.train_steps=40,trainer.steps_per_loop=10,trainer.checkpoint_interval=10"
@@ -38,19 +40,20 @@ def _started(job, trial_id):
       e["event"] == "started" and e["trial_id"] == trial_id for e in journal_events(job))
 
 
-def test_search_proxy_task_killed_and_resumed_picks_the_cheapest_and_its_yaml_reproduces_it(
-    selection, tmp_path):
-  """Two candidates of equal cost: the reference recipe itself on all the training files (first:
-  more data) and on half of them. The first trains the reference models exactly again (same
-  seed): tau 1, a success at the default target; the second cannot be cheaper and is skipped
-  untrained. SIGKILL while the first candidate's third model trains; the same command finishes
-  it without retraining the first two. proxy_task.yaml plans the very config it trained."""
-  sel_dir, models = selection
-  job = tmp_path / "proxy_search"
+PROXY_ARGS = ["--proxy_train_steps", "100%", "--proxy_train_data_fractions", "0.5,1"]
+CANDIDATE = "steps40-size32-data1"
+
+
+@pytest.fixture(scope="module")
+def proxy_job(selection, tmp_path_factory):
+  """search_proxy_task on the selection, SIGKILLed while its first candidate's third model
+  trains, then the same command again to the end: (job dir, its argv, the resumed run)."""
+  sel_dir, _ = selection
+  job = tmp_path_factory.mktemp("proxy_search") / "proxy_search"
   args = [sys.executable, "-m", "nascli", "search_proxy_task",
-          "--proxy_task_model_selection_dir", str(sel_dir), "--proxy_train_steps", "100%",
-          "--proxy_train_data_fractions", "0.5,1", "--local_output_dir", str(job), "--json"]
-  cand = job / "candidates" / "steps40-size32-data1"
+          "--proxy_task_model_selection_dir", str(sel_dir), *PROXY_ARGS,
+          "--local_output_dir", str(job), "--json"]
+  cand = job / "candidates" / CANDIDATE
   env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")
   driver = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
   deadline = time.monotonic() + 600
@@ -61,6 +64,19 @@ def test_search_proxy_task_killed_and_resumed_picks_the_cheapest_and_its_yaml_re
   assert not (job / "proxy_task.yaml").exists()
   resumed = subprocess.run(args, capture_output=True, text=True, env=env, timeout=900,
                            check=False)
+  return job, args, resumed
+
+
+def test_search_proxy_task_killed_and_resumed_picks_the_cheapest_and_its_yaml_reproduces_it(
+    selection, proxy_job):
+  """Two candidates of equal cost: the reference recipe itself on all the training files (first:
+  more data) and on half of them. The first trains the reference models exactly again (same
+  seed): tau 1, a success at the default target; the second cannot be cheaper and is skipped
+  untrained. SIGKILL while the first candidate's third model trains; the same command finishes
+  it without retraining the first two. proxy_task.yaml plans the very config it trained."""
+  _, models = selection
+  job, _, resumed = proxy_job
+  cand = job / "candidates" / CANDIDATE
   assert resumed.returncode == 0, resumed.stderr[-2000:]
   result = json.loads(resumed.stdout)
   events = journal_events(cand)
@@ -107,6 +123,52 @@ def test_search_proxy_task_killed_and_resumed_picks_the_cheapest_and_its_yaml_re
   assert "input_path" not in proxy["task"]["train_data"]
   assert "block_specs_json" not in proxy["task"]["model"]["backbone"]["tunable_mnasnet"]
   _the_yaml_plans_the_candidates_config(job / "proxy_task.yaml", cand, trial1)
+
+
+def _snapshot(folder):
+  """Every file under `folder`: its bytes and its mtime (ns)."""
+  return {str(p.relative_to(folder)): (p.read_bytes(), p.stat().st_mtime_ns)
+          for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+def test_a_rerun_with_another_setting_is_refused_and_changes_nothing(proxy_job):
+  """The finished job rerun with --seed 7: one line naming the seed, exit 1, before TensorFlow
+  loads, and not one file of the job written (bytes and mtimes); its candidates stay as they
+  were (a candidate job of other settings used to be read as failed trainings)."""
+  job, args, resumed = proxy_job
+  assert resumed.returncode == 0, resumed.stderr[-2000:]
+  before = _snapshot(job)
+  proc, tf_loaded = tf_probe.run(*args[3:], "--seed", "7")
+  assert proc.returncode == 1 and not tf_loaded, proc.stderr[-2000:]
+  assert proc.stderr.strip().splitlines()[-1] == (
+      f"Error: {job} was started with other settings (differs in: seed 0 -> 7); pass"
+      " --overwrite to delete it and start over, or use another --local_output_dir")
+  assert proc.stdout == ""
+  assert _snapshot(job) == before
+
+
+def test_a_candidate_job_of_other_settings_is_an_error_not_a_failed_candidate(proxy_job,
+                                                                              tmp_path):
+  """A copy of the finished job whose candidate's journal began with another seed (as a job
+  of an earlier nascli would): the candidate's search refuses it, and the command says so in
+  one line and exits 1; the state still says the candidate succeeded."""
+  job, args, resumed = proxy_job
+  assert resumed.returncode == 0, resumed.stderr[-2000:]
+  copy = tmp_path / "copy"
+  shutil.copytree(job, copy)
+  journal = copy / "candidates" / CANDIDATE / "journal.jsonl"
+  lines = journal.read_text().splitlines()
+  first = json.loads(lines[0])
+  first["settings"]["trial"]["run"]["seed"] = 99
+  journal.write_text("\n".join([json.dumps(first)] + lines[1:]) + "\n")
+  state = (copy / "search_controller_state.json").read_bytes()
+  argv = [a if a != str(job) else str(copy) for a in args[3:]]
+  proc = nascli_subprocess(*argv)
+  assert proc.returncode == 1, proc.stderr[-2000:]
+  line = proc.stderr.strip().splitlines()[-1]
+  assert line.startswith(f"Error: {copy / 'candidates' / CANDIDATE} was started with other"
+                         " settings (differs in: trial.run.seed 99 -> 0)"), proc.stderr[-2000:]
+  assert (copy / "search_controller_state.json").read_bytes() == state
 
 
 def _the_yaml_plans_the_candidates_config(proxy_yaml, cand, trial1):

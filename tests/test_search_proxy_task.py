@@ -149,28 +149,86 @@ def test_list_trials_of_a_proxy_search_names_its_candidates(tmp_path, cli):
       " steps10-size32-data1)")
 
 
-def _journal(job, *events):
-  job.mkdir(parents=True, exist_ok=True)
-  lines = [{"seq": i, "time": "t", **e} for i, e in enumerate(
-      [{"event": "search_started", "settings": {"search_space": "mnasnet"}}, *events], 1)]
-  (job / "journal.jsonl").write_text("".join(json.dumps(line) + "\n" for line in lines))
+def _settings(seed=0, steps="25%,50%", target=0.65):
+  return {"model_selection_dir": "/abs/runs/proxy_models", "reference_models": ["1", "2"],
+          "seed": seed, "train_steps": steps, "image_sizes": None, "train_data_fractions": "1",
+          "targets": {"desired_accuracy_correlation": target}}
 
 
-def test_a_candidate_whose_trainings_failed_fails_and_the_search_goes_on(tmp_path):
-  """Its search job stopped at the failure limit, every trial ended: the candidate is failed
-  with the job's error as its reason. Any other error of the job (a trial still to run, no
-  journal at all) is the search's own and is raised again."""
-  error = NascliError("search stopped: 2 failed trials exceed --max_failed_nas_trial 1")
-  ended = tmp_path / "ended"
-  _journal(ended, *[e for t in ("1", "2") for e in (
-      {"event": "proposed", "trial_id": t, "dna": [0], "nas_params": {}},
-      {"event": "started", "trial_id": t},
-      {"event": "failed", "trial_id": t, "reason": "ValueError: boom"})])
-  assert main._failed_trainings(str(ended), error) == (  # pylint: disable=protected-access
-      f"its trainings failed ({error})")
-  running = tmp_path / "running"
-  _journal(running, {"event": "proposed", "trial_id": "1", "dna": [0], "nas_params": {}},
-           {"event": "started", "trial_id": "1"})
-  for job in (running, tmp_path / "none"):
-    with pytest.raises(NascliError, match="search stopped: 2 failed"):
-      main._failed_trainings(str(job), error)  # pylint: disable=protected-access
+def _snapshot(folder):
+  """Every file under `folder`: its bytes and its mtime (ns)."""
+  return {str(p.relative_to(folder)): (p.read_bytes(), p.stat().st_mtime_ns)
+          for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+def test_a_proxy_job_with_other_settings_is_refused_and_left_as_it_was(tmp_path):
+  """The first run records its settings; a rerun with the same ones, or another grid or target
+  (mutable), goes on; another seed is refused in one line naming it, and no file changes."""
+  job = tmp_path / "job"
+  main.check_job(str(job), _settings(), overwrite=False)
+  record = json.loads((job / main.SETTINGS_FILE).read_text())
+  assert record["settings"] == _settings()
+  (job / main.CANDIDATES_DIR / "steps10-size32-data1").mkdir(parents=True)
+  (job / main.CANDIDATES_DIR / "steps10-size32-data1" / "journal.jsonl").write_text("{}\n")
+  (job / main.STATE_FILE).write_text("{}")
+  main.check_job(str(job), _settings(), overwrite=False)
+  main.check_job(str(job), _settings(steps="10%,25%,50%", target=0.5), overwrite=False)
+  assert json.loads((job / main.SETTINGS_FILE).read_text())["settings"]["targets"] == {
+      "desired_accuracy_correlation": 0.5}  # the latest mutable settings are recorded
+  before = _snapshot(job)
+  with pytest.raises(NascliError) as refused:
+    main.check_job(str(job), _settings(seed=1), overwrite=False)
+  assert str(refused.value) == (
+      f"{job} was started with other settings (differs in: seed 0 -> 1); pass --overwrite to"
+      " delete it and start over, or use another --local_output_dir")
+  assert _snapshot(job) == before
+
+
+def test_overwrite_deletes_the_proxy_job_once_and_its_candidates_never_get_it(tmp_path):
+  job = tmp_path / "job"
+  main.check_job(str(job), _settings(), overwrite=False)
+  (job / main.CANDIDATES_DIR / "steps10-size32-data1").mkdir(parents=True)
+  for name in (main.STATE_FILE, main.PROXY_YAML, main.PLOT_FILE, "report.html", "notes.txt"):
+    (job / name).write_text("x")
+  main.check_job(str(job), _settings(seed=1), overwrite=True)
+  assert sorted(p.name for p in job.iterdir()) == ["notes.txt", main.SETTINGS_FILE]
+  assert json.loads((job / main.SETTINGS_FILE).read_text())["settings"]["seed"] == 1
+  # Outputs of an earlier nascli (no settings file) are refused without --overwrite.
+  old = tmp_path / "old"
+  (old / main.CANDIDATES_DIR).mkdir(parents=True)
+  (old / main.STATE_FILE).write_text("{}")
+  with pytest.raises(NascliError, match=f"{old} holds search_proxy_task outputs"
+                                        f" \\({main.STATE_FILE}, candidates\\) but no"):
+    main.check_job(str(old), _settings(), overwrite=False)
+  search = tmp_path / "search"
+  search.mkdir()
+  (search / "journal.jsonl").write_text("")
+  with pytest.raises(NascliError, match="is a search job .* not a search_proxy_task job"):
+    main.check_job(str(search), _settings(), overwrite=True)
+  # A candidate's search job is run without --overwrite, whatever the command had.
+  from nascli.run_spec import TrialSettings  # pylint: disable=g-import-not-at-top
+  from nascli.search.search_loop import SearchArgs  # pylint: disable=g-import-not-at-top
+  reference = main.Reference(models=[{}, {}], accuracy_metric="accuracy", search_space="mnasnet",
+                             search_space_module=None, trial=TrialSettings(), train_steps=40,
+                             image_size=32, seconds_per_step=None)
+  args = main.candidate_args(SearchArgs(job_dir=str(job), overwrite=True), str(job), reference,
+                             proxy_search.Candidate(10, 32, 1.0), [[0], [1]])
+  assert args.overwrite is False
+  assert args.job_dir == str(job / main.CANDIDATES_DIR / "steps10-size32-data1")
+
+
+def test_only_failed_trainings_fail_a_candidate():
+  """The search engine raises TrialsFailedError for a search stopped by its trials' failures,
+  which search_proxy_task turns into a failed candidate; any other error of a candidate's job
+  is the command's (tests/test_proxy_end_to_end.py: a candidate job of other settings)."""
+  from nascli.errors import TrialsFailedError  # pylint: disable=g-import-not-at-top
+  from nascli.search import job_state  # pylint: disable=g-import-not-at-top
+  from nascli.search import search_loop  # pylint: disable=g-import-not-at-top
+  state = job_state.replay([
+      {"seq": 1, "time": "t", "event": "search_started", "settings": {}},
+      {"seq": 2, "time": "t", "event": "proposed", "trial_id": "1", "dna": [0],
+       "nas_params": {}},
+      {"seq": 3, "time": "t", "event": "started", "trial_id": "1"},
+      {"seq": 4, "time": "t", "event": "failed", "trial_id": "1", "reason": "ValueError: boom"}])
+  error = search_loop.all_failed("job", state)
+  assert isinstance(error, TrialsFailedError) and "every trial of job failed" in str(error)

@@ -13,6 +13,13 @@ rerun after a kill trains nothing already trained and decides the same; it then 
   params.yaml less the architecture and, unless the candidate took a part of it, the data),
   which `search_in_local --config_file` takes as it is;
 - JOB_DIR/proxy_task_search.png: each candidate's tau against its cost.
+
+The job's own settings (the selection, its models, the proxies' seed) are fingerprinted in
+JOB_DIR/proxy_search_settings.json before anything trains, as a search's are in its journal
+(nascli.search.job_settings): a rerun with other settings is refused in one line and changes
+nothing; the grid and the targets may change (new candidates, decided again). `--overwrite`
+deletes this job (its candidates too) once, before it starts again; the candidates' own search
+jobs never get it.
 """
 
 from __future__ import annotations
@@ -28,6 +35,8 @@ import yaml
 
 from nascli import report, storage
 from nascli.errors import NascliError
+from nascli.errors import OutputError
+from nascli.errors import TrialsFailedError
 from nascli.proxy import jobs
 from nascli.proxy import model_selection_main
 from nascli.proxy import proxy_search
@@ -39,6 +48,13 @@ STATE_FILE = "search_controller_state.json"
 PROXY_YAML = "proxy_task.yaml"
 PLOT_FILE = "proxy_task_search.png"
 CANDIDATES_DIR = "candidates"
+SETTINGS_FILE = "proxy_search_settings.json"
+# What `--overwrite` deletes in JOB_DIR: the job's settings and everything derived from them.
+JOB_OUTPUTS = (SETTINGS_FILE, STATE_FILE, PROXY_YAML, PLOT_FILE, report.REPORT_FILE,
+               CANDIDATES_DIR)
+# Settings a rerun may change: more grid values are more candidates, other targets are decided
+# again from the trainings already made (neither changes a training that was made).
+MUTABLE = ("train_steps", "image_sizes", "train_data_fractions", "targets")
 CURVE_POINTS = 10  # evaluations along each candidate's trainings (the per-step taus)
 # The architecture's keys: the search sets them per trial from nas_params.
 _ARCHITECTURE_KEY = "block_specs_json"
@@ -99,6 +115,82 @@ def read_reference(selection_dir: str) -> Reference:
       seconds_per_step=None if middle is None else speeds[middle])
 
 
+def _absolute(path: str) -> str:
+  return path if storage.is_gcs(path) else os.path.abspath(path)
+
+
+def job_settings(settings: ProxySearchSettings, reference: Reference, seed: int) -> dict:
+  """What defines a proxy job (JOB_DIR/proxy_search_settings.json): the reference it is
+  measured against, the proxies' seed and, mutable, the grid and the targets."""
+  return {
+      "model_selection_dir": _absolute(settings.model_selection_dir),
+      "reference_models": [m["trial_id"] for m in reference.models],
+      "seed": seed,
+      "train_steps": settings.train_steps,
+      "image_sizes": settings.image_sizes,
+      "train_data_fractions": settings.train_data_fractions,
+      "targets": dataclasses.asdict(settings.targets),
+  }
+
+
+def _job_outputs(job_dir: str) -> list[str]:
+  if not storage.exists(job_dir):
+    return []
+  names = {n.rstrip("/") for n in storage.list_names(job_dir, recursive=False)}
+  return [n for n in JOB_OUTPUTS if n in names]
+
+
+def check_job(job_dir: str, settings: dict, overwrite: bool) -> None:
+  """Starts a proxy job in `job_dir`, or agrees to resume the one there, before anything trains.
+
+  - Nothing there: writes SETTINGS_FILE.
+  - A job with the same settings (MUTABLE aside): resumes; SETTINGS_FILE is rewritten only when
+    a mutable setting changed (it records the latest).
+  - A job with other settings, or proxy outputs without SETTINGS_FILE (an earlier nascli's):
+    refused in one line naming what differs; nothing is touched.
+  With `overwrite`, the old job (JOB_OUTPUTS, candidates included) is deleted first, once.
+
+  Raises:
+    OutputError: other settings; a search job's dir; outputs without settings.
+  """
+  # pylint: disable=g-import-not-at-top
+  from nascli.search import job_settings as job_settings_lib
+  if storage.exists(storage.join(job_dir, "journal.jsonl")):
+    raise OutputError(f"{job_dir} is a search job (it has a journal.jsonl), not a"
+                      " search_proxy_task job: give another --local_output_dir")
+  path = storage.join(job_dir, SETTINGS_FILE)
+  if overwrite:
+    for name in _job_outputs(job_dir):
+      target = storage.join(job_dir, name)
+      if storage.is_file(target):
+        storage.delete(target)
+      else:
+        storage.remove_tree(target)
+  fingerprint = job_settings_lib.fingerprint(settings, MUTABLE)
+  record = {"settings": settings, "fingerprint": fingerprint}
+  if not storage.exists(path):
+    outputs = _job_outputs(job_dir)
+    if outputs:
+      raise OutputError(
+          f"{job_dir} holds search_proxy_task outputs ({', '.join(outputs)}) but no"
+          f" {SETTINGS_FILE} (an earlier nascli's job): pass --overwrite to delete them and"
+          " start over, or use another --local_output_dir")
+    storage.write_text(path, json.dumps(record, indent=2) + "\n")
+    return
+  try:
+    old = json.loads(storage.read_text(path))["settings"]
+  except (ValueError, KeyError, TypeError):
+    raise OutputError(f"{path} is damaged: pass --overwrite to start over") from None
+  if job_settings_lib.fingerprint(old, MUTABLE) != fingerprint:
+    diff = job_settings_lib.settings_diff(old, settings, MUTABLE) or ["fingerprint"]
+    shown = "; ".join(diff[:3]) + (f"; and {len(diff) - 3} more" if len(diff) > 3 else "")
+    raise OutputError(f"{job_dir} was started with other settings (differs in: {shown}); pass"
+                      " --overwrite to delete it and start over, or use another"
+                      " --local_output_dir")
+  if job_settings_lib.settings_diff(old, settings):
+    storage.write_text(path, json.dumps(record, indent=2) + "\n")
+
+
 def candidate_args(base, job_dir: str, reference: Reference, candidate: proxy_search.Candidate,
                    dnas: list[list[int | float]]):
   """The search job of one candidate: the reference models under its proxy."""
@@ -112,7 +204,7 @@ def candidate_args(base, job_dir: str, reference: Reference, candidate: proxy_se
       base, job_dir=storage.join(job_dir, CANDIDATES_DIR, candidate.name),
       search_space=reference.search_space, search_space_module=reference.search_space_module,
       search_algorithm="fixed", algorithm_options={"dnas": dnas, "seeds": [base.seed] * n},
-      max_nas_trial=n,
+      max_nas_trial=n, overwrite=False,  # --overwrite deleted the whole job once (check_job)
       # Past this many failures no tau can be computed (a 0.7 valid ratio).
       max_failed_nas_trial=n - math.ceil(0.7 * n), export_top_k=0, objectives=None,
       trial=trial)
@@ -209,6 +301,7 @@ def run(base, settings: ProxySearchSettings,
   """Runs (or resumes, or reads) the candidates cheapest first; returns the state."""
   from nascli.search import local_main  # pylint: disable=g-import-not-at-top
   reference = read_reference(settings.model_selection_dir)
+  check_job(base.job_dir, job_settings(settings, reference, base.seed), base.overwrite)
   steps = proxy_search.parse_train_steps(settings.train_steps, reference.train_steps)
   sizes = proxy_search.parse_image_sizes(settings.image_sizes) or [reference.image_size]
   fractions = proxy_search.parse_data_fractions(settings.train_data_fractions)
@@ -238,8 +331,8 @@ def run(base, settings: ProxySearchSettings,
     try:
       local_main.run(args, None, make_executor() if make_executor else None)
       stopped = None
-    except NascliError as e:  # its trainings failed: the candidate fails, the search goes on
-      stopped = _failed_trainings(args.job_dir, e)
+    except TrialsFailedError as e:  # the candidate fails, the search goes on; any other error
+      stopped = f"its trainings failed ({e})"  # of its search job is the command's
     rows, state = jobs.job_rows(args.job_dir, "--local_output_dir")
     result = dict(entry, **evaluate_candidate(rows, state, reference, candidate, targets))
     if stopped:
@@ -252,18 +345,6 @@ def run(base, settings: ProxySearchSettings,
       best = result
     _write_state(base.job_dir, settings, reference, results, best)
   return _write_state(base.job_dir, settings, reference, results, best, final=True)
-
-
-def _failed_trainings(job_dir: str, error: NascliError) -> str:
-  """Why a candidate's search job ended with an error, when the error is its trials' failures
-  (every trial ended, too many failed); any other error is raised again."""
-  try:
-    _, state = jobs.job_rows(job_dir, "--local_output_dir")
-  except NascliError:
-    raise error from None
-  if not state.proposals or state.unfinished():
-    raise error
-  return f"its trainings failed ({error})"
 
 
 def rungs_from(candidate: dict) -> dict | None:

@@ -53,6 +53,7 @@ from nascli import interrupts
 from nascli import latency_source
 from nascli import storage
 from nascli.errors import NascliError
+from nascli.errors import TrialsFailedError
 from nascli.run_spec import TrialSettings
 from nascli.search import executors
 from nascli.search import journal as journal_lib
@@ -606,7 +607,7 @@ class SearchLoop:
     summary.say_target_outcome(stderr, state)  # how many trials meet --target_device_latency_ms
     failed_all = all_failed(self.args.job_dir, state)
     if stop_reason and "exceed" in stop_reason:
-      raise NascliError(stop_reason + (f"; {failed_all}" if failed_all else ""))
+      raise TrialsFailedError(stop_reason + (f"; {failed_all}" if failed_all else ""))
     if stop_reason and "unreachable" in stop_reason and not state.trial_ids(
         journal_lib.COMPLETED, journal_lib.STOPPED):
       raise NascliError(stop_reason)  # not one architecture trained: nothing to report
@@ -867,14 +868,14 @@ def to_export(args: SearchArgs, state: journal_lib.JobState) -> list[str]:
                                              "saved_model.pb"))]
 
 
-def all_failed(job_dir: str, state: journal_lib.JobState) -> NascliError | None:
+def all_failed(job_dir: str, state: journal_lib.JobState) -> TrialsFailedError | None:
   """A search none of whose trials gave a result: why, and how to go on."""
   failed = state.trial_ids(*journal_lib.FAILED_STATUSES)
   if not failed or state.trial_ids(journal_lib.COMPLETED, journal_lib.STOPPED):
     return None
   first = failed[0]
   reason = " ".join(state.reasons.get(first, "").split())[:300]
-  return NascliError(
+  return TrialsFailedError(
       f"every trial of {job_dir} failed ({len(failed)} trial(s); trial {first}: {reason}); fix"
       " the cause, then run the command again with --overwrite (it deletes the failed trials"
       " and starts over)")
@@ -971,8 +972,8 @@ def report_finished(args: SearchArgs, state: journal_lib.JobState, space_name: s
   failed_all = all_failed(args.job_dir, state)
   failed = len(state.trial_ids(*journal_lib.FAILED_STATUSES))
   if failed > max_failed(args):  # as the search that stopped there said
-    raise NascliError(_exceeded(failed, max_failed(args))
-                      + (f"; {failed_all}" if failed_all else ""))
+    raise TrialsFailedError(_exceeded(failed, max_failed(args))
+                            + (f"; {failed_all}" if failed_all else ""))
   if failed_all is not None:
     raise failed_all
   unreachable = latency_gate.unreachable(state, algorithm=args.search_algorithm)
