@@ -7,7 +7,12 @@ journal order, calling `propose` and `feedback` exactly as the first run did, so
 algorithm's random streams, population and counters end where they were and the next
 proposal is the one the uninterrupted search would have made. (pyglove's own
 `DNAGenerator.recover` rebuilds populations but not random-number state, so it cannot promise
-that.) Every replayed proposal is checked against the journaled DNA.
+that.) Every replayed proposal is checked against the journaled DNA, except where the algorithm
+takes the journal's word for it: an algorithm that defines `replay_next(numbers)` (gp_bo, whose
+choice is the argmax of floating-point results that another CPU or BLAS may round
+differently) is told each journaled DNA before it is asked, draws its random streams as the
+first run did, and proposes that DNA wherever its choice is numerical; its state (the rewards
+it learned) is rebuilt from the journal all the same.
 
 For the replay to be exact the caller must talk to the controller in journal order: journal
 `proposed` right after `propose_new` returns, and call `feedback` right when it journals
@@ -609,6 +614,8 @@ class Controller:
     Raises:
       ReplayMismatchError: a replayed proposal differs from the journaled one: the search
         space, algorithm options, seed or pyglove version changed since the search started.
+        (An algorithm with `replay_next` takes the journal's DNA where its choice is
+        numerical, so only its random proposals are checked there.)
     """
     ctl = cls(space, algorithm, seed, num_objectives=num_objectives,
               to_nas_params=to_nas_params, **algo_options)
@@ -631,7 +638,19 @@ class Controller:
     return ctl
 
   def _replay_proposal(self, trial_id: str, expected: Dna) -> Dna:
+    replay_next = getattr(self._algorithm, 'replay_next', None)
+    if replay_next is not None:  # it may take the journal's DNA as it is: it must fit
+      try:
+        pg.DNA.from_numbers(list(expected), self.dna_spec)
+      except (ValueError, TypeError, IndexError) as e:
+        raise ReplayMismatchError(
+            f'cannot resume: the journal says trial {trial_id} was proposed as '
+            f'{list(expected)}, which does not fit the search space '
+            f'({" ".join(str(e).split())[:200]}); the search space changed since the search '
+            f'started; pass --overwrite or use another --local_output_dir') from None
     for _ in range(_REPLAY_MAX_ATTEMPTS):
+      if replay_next is not None:  # see the module doc
+        replay_next(expected)
       try:
         key, dna = self._raw_propose()
       except StopIteration:
