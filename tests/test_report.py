@@ -197,7 +197,10 @@ def test_a_failing_refresh_warns_and_never_stops_the_search(tmp_path, es_job, ca
   assert "could not refresh" in caplog.text
 
 
-def test_proxy_task_results_in_a_search_job_get_their_sections(tmp_path, es_job):
+def test_a_variance_job_leads_with_its_verdict_and_a_selection_with_its_warnings(tmp_path,
+                                                                                 es_job):
+  """A measure_proxy_task_variance job's page opens on its own verdict (no Pareto front of
+  seeds, no latency target); a select_proxy_task_models job's page lists its models and warns."""
   job = tmp_path / "variance_job"
   os.makedirs(job)
   with open(os.path.join(es_job[0], "journal.jsonl"), "rb") as f:
@@ -205,21 +208,79 @@ def test_proxy_task_results_in_a_search_job_get_their_sections(tmp_path, es_job)
   runs = [{"trial_id": str(n), "seed": n - 1, "accuracy": 0.8 + n / 100, "smoothness": 1.0,
            "evaluations": 3} for n in (1, 2, 3)]
   (job / "variance_and_smoothness.json").write_text(json.dumps({
-      "accuracy_metric": "accuracy", "runs": runs, "variance": 0.012, "smoothness": 1.0,
-      "mean_accuracy": 0.82, "run_to_run_std": 0.01, "max_variance_to_be_good": 0.05,
-      "max_smoothness_to_be_good": 2.0,
-      "verdict": {"message": "architectures differ by 3.1x the noise"}}))
-  (job / "proxy_task_models.json").write_text(json.dumps({"models": [
-      {"trial_id": "4", "accuracy": 0.86, "latency_ms": 4.0},
-      {"trial_id": "10", "accuracy": 0.46, "latency_ms": 7.0}]}))
-  assert report.write(str(job)) == ("search", str(job / "report.html"))
-  bars = figures(job / "report.html")["variance"]["data"][0]
-  assert bars["y"] == [r["accuracy"] for r in runs]
-  assert bars["x"][0] == "run 1 (seed 0)"
+      "accuracy_metric": "accuracy", "runs": runs, "variance": 0.012, "variance_good": True,
+      "smoothness": 1.0, "smoothness_good": True, "mean_accuracy": 0.82,
+      "run_to_run_std": 0.01, "max_variance_to_be_good": 0.4, "max_smoothness_to_be_good": 10,
+      "verdict": {"message": "differences between architectures do not exceed the run-to-run"
+                             " noise: tau ~0.00 (< 0.65)", "compared_with": "runs/search",
+                  "architectures": 5}}))
+  assert report.write(str(job)) == ("measure_proxy_task_variance", str(job / "report.html"))
   page = (job / "report.html").read_text()
-  assert "architectures differ by 3.1x the noise" in page
+  summary = page.split('<p class="summary">')[1].split("</p>")[0]
+  assert summary == (
+      "Differences between architectures do not exceed the run-to-run noise: tau ~0.00 (&lt;"
+      " 0.65) (runs/search, 5 architectures). 3 runs of one architecture: coefficient of"
+      " variation 0.012 (good, &lt;= 0.4), smoothness 1 (good, &lt;= 10).")
+  figs = figures(job / "report.html")
+  assert figs["variance"]["data"][0]["y"] == [r["accuracy"] for r in runs]
+  assert figs["variance"]["data"][0]["x"][0] == "run 1 (seed 0)"
+  assert not [k for k in figs if k.startswith(("tradeoff", "progress", "importance"))]
+  body = page.split("<body>")[1].split('id="settings"')[0]  # the page less plotly.js
+  assert "Pareto" not in body and "target" not in body
+  selection = tmp_path / "selection_job"
+  os.makedirs(selection)
+  with open(os.path.join(es_job[0], "journal.jsonl"), "rb") as f:
+    (selection / "journal.jsonl").write_bytes(f.read())
+  (selection / "proxy_task_models.json").write_text(json.dumps({"models": [
+      {"trial_id": "4", "accuracy": 0.86, "latency_ms": 4.0},
+      {"trial_id": "10", "accuracy": 0.46, "latency_ms": 7.0}],
+      "warnings": ["trials 4 and 10 tie at accuracy 0.5"]}))
+  assert report.write(str(selection)) == ("search", str(selection / "report.html"))
+  page = (selection / "report.html").read_text()
+  models = page[page.index("Models chosen for the proxy study"):]
+  assert "Warning: trials 4 and 10 tie at accuracy 0.5." in models
   models = page[page.index('id="models"'):]
   assert models.count("<tr>") == 3  # header + 2 models
+
+
+def test_the_proxy_page_leads_with_its_verdict_and_counts_by_status(tmp_path):
+  """Chosen or not, the first line says so with the tau; the counts are by status (a trained
+  candidate whose scores all tie has no tau, and still counts as trained); the names beside
+  the points have room inside the plot."""
+  job = report_jobs.proxy_search_job(tmp_path / "proxy")
+  state_path = os.path.join(job, "search_controller_state.json")
+  with open(state_path) as f:
+    state = json.load(f)
+  state["candidates"][1]["accuracy_correlation"].update(interval=[0.52, 0.9], level=0.9)
+  state["candidates"].append(dict(state["candidates"][0], name="steps5", status="failed",
+                                  accuracy_correlation={"tau": None, "reason": "no ranking"}))
+  state["left_out"] = ["steps400"]
+  state["reference"]["warnings"] = ["5 of 10 reference models score near chance"]
+  with open(state_path, "w") as f:
+    json.dump(state, f)
+  report.write(job)
+  page = open(os.path.join(job, "report.html")).read()
+  paragraphs = [p.split("</p>")[0] for p in page.split('<p class="summary">')[1:]]
+  assert paragraphs[:3] == [
+      "Chosen proxy: steps25 (100 steps, image size 32, training data fraction 1.0): accuracy"
+      " tau 0.710 (90% interval 0.520 to 0.900) against --desired_accuracy_correlation 0.65.",
+      "4 candidate(s): 3 trained (1 succeeded, 2 failed), 1 skipped untrained; left out as the"
+      " reference training itself: steps400.",
+      "Warning: 5 of 10 reference models score near chance."]
+  cost = figures(os.path.join(job, "report.html"))["proxy-cost"]
+  assert cost["data"][0]["cliponaxis"] is False
+  low, high = cost["layout"]["xaxis"]["range"]
+  assert low < min(cost["data"][0]["x"]) and high > max(cost["data"][0]["x"])
+  state.update(chosen=None)
+  for c in state["candidates"]:
+    c["status"] = "failed" if c["status"] == "succeeded" else c["status"]
+  with open(state_path, "w") as f:
+    json.dump(state, f)
+  report.write(job)
+  page = open(os.path.join(job, "report.html")).read()
+  assert page.split('<p class="summary">')[1].split("</p>")[0] == (
+      "No proxy: no candidate met the targets; the best, steps25, has accuracy tau 0.710 (90%"
+      " interval 0.520 to 0.900) against --desired_accuracy_correlation 0.65.")
 
 
 def test_a_running_search_recomputes_importance_only_as_trials_grow(es_job):

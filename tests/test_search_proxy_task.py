@@ -52,6 +52,25 @@ def test_candidates_run_cheapest_first_more_data_first_at_equal_cost():
   assert proxy_search.estimated_hours(grid[0], 32, None) is None
 
 
+def test_the_reference_training_itself_is_no_candidate():
+  """The docs' grid 25%,50%,100% of a 40-step reference at its own image size: 100% on all the
+  data is the reference training again, left out; on half the data or smaller images it is a
+  proxy; a grid of nothing but the reference is refused before anything trains."""
+  steps = proxy_search.parse_train_steps("25%,50%,100%", 40)
+  kept, left_out = proxy_search.without_reference(
+      proxy_search.candidates(steps, [32], [1.0], 32), 40, 32)
+  assert [c.name for c in kept] == ["steps10-size32-data1", "steps20-size32-data1"]
+  assert [c.name for c in left_out] == ["steps40-size32-data1"]
+  kept, left_out = proxy_search.without_reference(
+      proxy_search.candidates([40], [16, 32], [0.5, 1.0], 32), 40, 32)
+  assert [c.name for c in kept] == ["steps40-size16-data1", "steps40-size16-data0.5",
+                                    "steps40-size32-data0.5"]
+  with pytest.raises(NascliError, match=r"^every candidate is the reference training itself"
+                                        r" \(40 steps, 32px, all the training data\), not a"
+                                        " proxy of it: give shorter --proxy_train_steps"):
+    proxy_search.without_reference(proxy_search.candidates([40], [32], [1.0], 32), 40, 32)
+
+
 def test_a_candidate_is_skipped_when_it_cannot_win_or_exceeds_the_limit():
   targets = proxy_search.Targets(training_time_hrs_limit=1.0)
   assert proxy_search.skip_reason(10, None, targets, 0.5) is None

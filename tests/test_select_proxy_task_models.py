@@ -97,6 +97,56 @@ def test_bad_counts_are_refused_before_tensorflow_loads(tmp_path):
   assert not os.path.exists(job)
 
 
+def test_metric_ids_are_checked_before_anything_trains(tmp_path):
+  """A latency id the trials do not report (`latency` for latency_ms, FLOPs), or an accuracy id
+  that is not the space's metric: one line before TensorFlow loads, nothing written; exit 2 for
+  a value outside the option's choices (as every nascli option), 1 for the accuracy id."""
+  job = str(tmp_path / "job")
+  for args, code, message in (
+      (["--latency_metric_id", "latency"], 2, "unknown --latency_metric_id 'latency' (did you"
+                                              " mean 'latency_ms'?); known: latency_ms, none"),
+      (["--latency_metric_id", "flops"], 2, "unknown --latency_metric_id 'flops'; known:"
+                                            " latency_ms, none"),
+      (["--accuracy_metric_id", "top_1_accuracy"], 1, "--accuracy_metric_id 'top_1_accuracy':"
+                                                      " the trials of search space mnasnet"
+                                                      " report accuracy; give accuracy or leave"
+                                                      " the flag out"),
+      (["--prebuilt_search_space", "spinenet", "--accuracy_metric_id", "accuracy"], 1,
+       "--accuracy_metric_id 'accuracy': the trials of search space spinenet report AP")):
+    proc, tf_loaded = tf_probe.run("select_proxy_task_models", "--local_output_dir", job,
+                                   "--max_nas_trial", "2", "--final_num_models", "2", *args)
+    assert proc.returncode == code and not tf_loaded, proc.stderr
+    line = proc.stderr.strip()
+    assert "\n" not in line and line.startswith(f"Error: {message}"), proc.stderr
+  assert not os.path.exists(job)
+
+
+def _scores(*accuracies):
+  return [selection.TrialScore(str(i), a) for i, a in enumerate(accuracies, 1)]
+
+
+def test_models_near_chance_or_tied_are_a_warning_that_names_the_fix():
+  """The issue's selection (0.114-0.189 on 10 classes, two tied): both warnings; a spread set
+  above chance: none; half near chance is enough; AP (no chance level) only checks ties."""
+  near = selection.quality_warnings(_scores(0.1142, 0.1406, 0.189, 0.1406, 0.1198), "accuracy",
+                                    10)
+  assert near == [
+      "5 of 5 reference models score near chance (accuracy below 0.19; chance is 0.1 on 10"
+      " classes: trials 1, 2, 3, 4, 5): their order is training noise, and no proxy can be"
+      " judged against it; train the reference longer (--params_override"
+      " trainer.train_steps=...) or on more data",
+      "trials 2 and 4 tie at accuracy 0.1406: Kendall tau cannot order them; a longer reference"
+      " training or more validation data separates them"]
+  assert selection.quality_warnings(_scores(0.38, 0.52, 0.61, 0.7, 0.83), "accuracy", 10) == []
+  assert selection.quality_warnings(_scores(0.15, 0.18, 0.6, 0.7), "accuracy", 10)[0].startswith(
+      "2 of 4 reference models score near chance")
+  assert selection.quality_warnings(_scores(0.15, 0.6, 0.7), "accuracy", 10) == []
+  assert selection.quality_warnings(_scores(0.01, 0.02, 0.02), "AP", None) == [
+      "trials 2 and 3 tie at AP 0.02: Kendall tau cannot order them; a longer reference"
+      " training or more validation data separates them"]
+  assert selection.near_chance_bound(2) == pytest.approx(0.55)
+
+
 def test_default_job_dir_is_never_a_searchs():
   assert main.default_job_dir(os.path.join("nascli_output", "search_mnasnet-1a2b3c4d")) == (
       os.path.join("nascli_output", "proxy_models_mnasnet-1a2b3c4d"))

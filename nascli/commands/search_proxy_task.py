@@ -179,5 +179,20 @@ def _print(result: dict, as_json: bool) -> None:
   else:
     out.print("no candidate met the targets: add longer candidates (--proxy_train_steps) or"
               " relax --desired_accuracy_correlation", highlight=False)
+    trained = [c for c in result["candidates"] if c.get("proxy_task_yaml")]
+    if trained:
+      c = trained[0]
+      out.print(f"is it the noise? `nascli measure_proxy_task_variance --config_file"
+                f" {c['proxy_task_yaml']} --compare_with {c['job_dir']}` measures the run-to-run"
+                f" noise of {c['name']} against the differences between its models",
+                highlight=False)
+  warnings = result["reference"].get("warnings") or []
+  if warnings:
+    out.print(f"the reference models are a poor reference ({len(warnings)} warning(s) in"
+              f" {result['job_dir']}/search_controller_state.json): {warnings[0]}",
+              highlight=False)
+  if result.get("left_out"):
+    print(f"left out, the reference training itself: {', '.join(result['left_out'])}",
+          file=sys.stderr)
   print(f"written to {result['job_dir']}/search_controller_state.json and"
         f" proxy_task_search.png", file=sys.stderr)

@@ -30,10 +30,11 @@ FinalNumModels = Annotated[int, typer.Option(
 RemovePerIter = Annotated[int, typer.Option(
     *flag("num_models_to_remove_per_iter"), help="Models removed per cut (Vertex: 5).")]
 AccuracyMetric = Annotated[Optional[str], typer.Option(
-    *flag("accuracy_metric_id"), help="The metric the models are selected on (default: the"
-    " search space's, accuracy or AP).")]
+    *flag("accuracy_metric_id"), help="The metric the models are selected on: the search"
+    " space's (accuracy, AP), which is the default; checked before anything trains.")]
 LatencyMetric = Annotated[str, typer.Option(
-    *flag("latency_metric_id"), help="Also spread the models' latency (latency_ms), or none.")]
+    *flag("latency_metric_id"), help="Also spread the models' measured latency (latency_ms),"
+    " or none; checked before anything trains.")]
 PreviousDir = Annotated[Optional[str], typer.Option(
     *flag("previous_model_selection_dir"), help="Resume this model-selection job (Vertex's"
     " flag; the same as running the same command again with its --local_output_dir).")]
@@ -85,6 +86,8 @@ def select_proxy_task_models(
       raise NascliError("--previous_model_selection_dir and --local_output_dir name different"
                         " jobs; give one")
     local_output_dir = previous_model_selection_dir
+  if latency_metric_id not in main.LATENCY_METRICS:
+    raise f.unknown("latency_metric_id", latency_metric_id, main.LATENCY_METRICS)
   rules = selection.SelectionRules(start_num_models=max_nas_trial,
                                    final_num_models=final_num_models,
                                    num_models_to_remove_per_iter=num_models_to_remove_per_iter)
@@ -94,6 +97,7 @@ def select_proxy_task_models(
   values = dict(locals(), **f.UNSEARCHED, search_algorithm=main.SEARCH_ALGORITHM,
                 max_failed_nas_trial=rules.allowed_failures)
   f.check(values)  # before Ray, pyglove and TensorFlow are imported
+  _check_accuracy_metric(accuracy_metric_id, prebuilt_search_space, search_space_module)
   if not local_output_dir:  # its own default, never a search's
     values["local_output_dir"] = main.default_job_dir(f.default_job_dir(values))
     print(f"job dir: {values['local_output_dir']} (the default for these settings;"
@@ -107,18 +111,37 @@ def select_proxy_task_models(
   _print(result, as_json)
 
 
+def _check_accuracy_metric(metric_id: str | None, space: str, module: str | None) -> None:
+  """--accuracy_metric_id must be the metric the space's trials report (a trial measures one),
+  refused before anything trains."""
+  if metric_id is None:
+    return
+  from tf_vision.search_spaces import registry  # pylint: disable=g-import-not-at-top
+  entry = registry.resolve_search_space(space, module)
+  metric = entry.require_binding().metric
+  if metric_id != metric:
+    raise NascliError(f"--accuracy_metric_id {metric_id!r}: the trials of search space"
+                      f" {entry.name} report {metric}; give {metric} or leave the flag out")
+
+
 def _print(result: dict, as_json: bool) -> None:
+  for warning in result.get("warnings") or []:
+    print(f"warning: {warning}", file=sys.stderr)
   if as_json:
     print(json.dumps(result, indent=2))
     return
   table = Table(title=f"{result['job_dir']}: {len(result['models'])} reference models"
                 f" ({result['accuracy_metric']})")
-  for column in ("trial", result["accuracy_metric"] or "accuracy", "latency ms", "nas_params"):
+  latency = result.get("latency_metric") not in (None, "none")
+  columns = ["trial", result["accuracy_metric"] or "accuracy"]
+  columns += [result["latency_metric"]] if latency else []
+  for column in columns + ["nas_params"]:
     table.add_column(column)
   for m in sorted(result["models"], key=lambda m: -m["accuracy"]):
-    latency = "-" if m["latency_ms"] is None else f"{m['latency_ms']:.3f}"
-    table.add_row(m["trial_id"], f"{m['accuracy']:.4f}", latency,
-                  f"{len(m['nas_params'])} decisions")
+    cells = [m["trial_id"], f"{m['accuracy']:.4f}"]
+    if latency:
+      cells.append("-" if m["latency_ms"] is None else f"{m['latency_ms']:.3f}")
+    table.add_row(*cells, f"{len(m['nas_params'])} decisions")
   console.stdout().print(table)
   removed = [t for it in result["iterations"] for t in it["removed"]]
   failed = [t for it in result["iterations"] for t in it["failed"]]

@@ -26,6 +26,9 @@ MODELS_FILE = "proxy_task_models.json"
 # search proposes at random (no reward to learn from) and exports nothing.
 SEARCH_ALGORITHM = "random"
 NO_LATENCY = "none"
+# --latency_metric_id: the trials' measured latency, or none. FLOPs and parameter counts rank the
+# same at any training length, so a proxy's latency tau on them would say nothing.
+LATENCY_METRICS = ("latency_ms", NO_LATENCY)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -62,22 +65,46 @@ def scores(rows: list[dict], settings: SelectionSettings) -> list[selection.Tria
   return out
 
 
+def num_classes(trial_dir: str) -> int | None:
+  """task.model.num_classes of a trial's params.yaml; None without one (a detection model's
+  AP has no chance level to compare with)."""
+  path = storage.join(trial_dir, "params.yaml")
+  if not storage.exists(path):
+    return None
+  # pylint: disable=g-import-not-at-top
+  from tf_vision.configs import yaml_source
+  params = yaml_source.load_yaml_source(path, "the reference trial's params.yaml")
+  value = ((params.get("task") or {}).get("model") or {}).get("num_classes")
+  return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def quality_warnings(models: list[dict], metric: str | None) -> list[str]:
+  """selection.quality_warnings of kept models as proxy_task_models.json lists them."""
+  classes = num_classes(models[0]["trial_dir"]) if models else None
+  return selection.quality_warnings(
+      [selection.TrialScore(m["trial_id"], m["accuracy"]) for m in models],
+      metric or "accuracy", classes)
+
+
 def select(job_dir: str, rows: list[dict], settings: SelectionSettings) -> dict:
   """The selection of a finished reference search, written to JOB_DIR/proxy_task_models.json."""
   iterations = selection.select_models(scores(rows, settings), settings.rules)
   by_id = {row["trial_id"]: row for row in rows}
   kept = iterations[-1].kept
+  metric = next((r.get("accuracy_metric") for r in rows if r.get("accuracy_metric")),
+                settings.accuracy_metric_id)
+  models = [{"trial_id": t.trial_id, "accuracy": t.accuracy, "latency_ms": t.latency,
+             "nas_params": by_id[t.trial_id]["nas_params"],
+             "trial_dir": by_id[t.trial_id]["trial_dir"]} for t in kept]
   result = {
       "job_dir": job_dir,
-      "accuracy_metric": next((r.get("accuracy_metric") for r in rows
-                               if r.get("accuracy_metric")), settings.accuracy_metric_id),
+      "accuracy_metric": metric,
       "latency_metric": settings.latency_metric_id,
       "rules": dataclasses.asdict(settings.rules),
-      "models": [{"trial_id": t.trial_id, "accuracy": t.accuracy, "latency_ms": t.latency,
-                  "nas_params": by_id[t.trial_id]["nas_params"],
-                  "trial_dir": by_id[t.trial_id]["trial_dir"]} for t in kept],
+      "models": models,
       "iterations": [{"num_models": it.num_models, "failed": list(it.failed),
                       "removed": list(it.removed)} for it in iterations],
+      "warnings": quality_warnings(models, metric),
   }
   storage.write_text(storage.join(job_dir, MODELS_FILE), json.dumps(result, indent=2) + "\n")
   report.refresh(job_dir)  # the search's page, with the chosen models

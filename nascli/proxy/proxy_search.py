@@ -118,6 +118,29 @@ def candidates(steps: Sequence[int], sizes: Sequence[int], fractions: Sequence[f
                                      -c.train_data_fraction, c.name))
 
 
+def is_reference(candidate: Candidate, reference_steps: int, reference_image_size: int) -> bool:
+  """The candidate is the reference recipe itself (its steps, its image size, all its data):
+  its scores would be the reference's own training again, not a proxy of it."""
+  return (candidate.train_steps == reference_steps
+          and candidate.image_size == reference_image_size
+          and candidate.train_data_fraction == 1)
+
+
+def without_reference(grid: Sequence[Candidate], reference_steps: int,
+                      reference_image_size: int) -> tuple[list[Candidate], list[Candidate]]:
+  """(the candidates to try, those left out as the reference itself); a grid of nothing but
+  the reference is refused in one line, before anything trains."""
+  kept = [c for c in grid if not is_reference(c, reference_steps, reference_image_size)]
+  left_out = [c for c in grid if c not in kept]
+  if not kept:
+    raise NascliError(
+        f"every candidate is the reference training itself ({reference_steps} steps,"
+        f" {reference_image_size}px, all the training data), not a proxy of it: give shorter"
+        " --proxy_train_steps (e.g. 25%,50%), smaller --proxy_image_sizes or"
+        " --proxy_train_data_fractions below 1")
+  return kept, left_out
+
+
 def estimated_hours(candidate: Candidate, reference_image_size: int,
                     reference_seconds_per_step: float | None) -> float | None:
   if reference_seconds_per_step is None:

@@ -89,6 +89,8 @@ class Reference:
   train_steps: int
   image_size: int
   seconds_per_step: float | None  # the median reference model's
+  # What makes the models a poor reference (near chance, ties): selection.quality_warnings.
+  warnings: tuple[str, ...] = ()
 
 
 def read_reference(selection_dir: str) -> Reference:
@@ -112,7 +114,8 @@ def read_reference(selection_dir: str) -> Reference:
       trial=from_dict(TrialSettings, settings["trial"], "the selection job's trial settings"),
       train_steps=int(params["trainer"]["train_steps"]),
       image_size=int(params["task"]["model"]["input_size"][0]),
-      seconds_per_step=None if middle is None else speeds[middle])
+      seconds_per_step=None if middle is None else speeds[middle],
+      warnings=tuple(model_selection_main.quality_warnings(models, selection["accuracy_metric"])))
 
 
 def _absolute(path: str) -> str:
@@ -290,8 +293,9 @@ def _plot(results: list[dict], targets: proxy_search.Targets, path: str) -> None
   ax.set_ylabel("Kendall tau vs the reference")
   ax.set_ylim(-1.05, 1.05)
   ax.set_title("search_proxy_task: correlation against cost per candidate")
+  ax.margins(x=0.2)  # room for the candidates' names beside their points
   buffer = io.BytesIO()
-  fig.savefig(buffer, format="png")
+  fig.savefig(buffer, format="png", bbox_inches="tight")  # no label cut at the edge
   storage.write_bytes(path, buffer.getvalue())
 
 
@@ -301,11 +305,18 @@ def run(base, settings: ProxySearchSettings,
   """Runs (or resumes, or reads) the candidates cheapest first; returns the state."""
   from nascli.search import local_main  # pylint: disable=g-import-not-at-top
   reference = read_reference(settings.model_selection_dir)
-  check_job(base.job_dir, job_settings(settings, reference, base.seed), base.overwrite)
   steps = proxy_search.parse_train_steps(settings.train_steps, reference.train_steps)
   sizes = proxy_search.parse_image_sizes(settings.image_sizes) or [reference.image_size]
   fractions = proxy_search.parse_data_fractions(settings.train_data_fractions)
-  candidates = proxy_search.candidates(steps, sizes, fractions, reference.image_size)
+  candidates, left_out = proxy_search.without_reference(
+      proxy_search.candidates(steps, sizes, fractions, reference.image_size),
+      reference.train_steps, reference.image_size)
+  check_job(base.job_dir, job_settings(settings, reference, base.seed), base.overwrite)
+  names_left_out = tuple(c.name for c in left_out)
+  for name in names_left_out:
+    progress(f"candidate {name} left out: it is the reference training itself, not a proxy")
+  for warning in reference.warnings:
+    progress(f"warning: {warning}")
   dnas = jobs.architecture_dnas(reference.search_space, reference.search_space_module,
                                 [m["nas_params"] for m in reference.models])
   targets = settings.targets
@@ -338,13 +349,21 @@ def run(base, settings: ProxySearchSettings,
     if stopped:
       result.update(status="failed", reason=f"{stopped}; {result['reason']}"
                     if result["status"] == "failed" else stopped)
+    trial_dir = storage.join(args.job_dir, "1")
+    if storage.exists(storage.join(trial_dir, "params.yaml")):
+      # Every trained candidate's recipe, chosen or not: measure_proxy_task_variance
+      # --config_file takes it to tell a candidate's noise from its ranking.
+      path = storage.join(args.job_dir, PROXY_YAML)
+      storage.write_text(path, proxy_yaml(trial_dir, candidate))
+      result["proxy_task_yaml"] = path
     results.append(result)
     progress(f"candidate {candidate.name}: {result['status']} ({result['reason']})")
     if result["status"] == "succeeded" and (best is None
                                             or relative < best["relative_cost"]):
       best = result
-    _write_state(base.job_dir, settings, reference, results, best)
-  return _write_state(base.job_dir, settings, reference, results, best, final=True)
+    _write_state(base.job_dir, settings, reference, results, best, left_out=names_left_out)
+  return _write_state(base.job_dir, settings, reference, results, best, final=True,
+                      left_out=names_left_out)
 
 
 def rungs_from(candidate: dict) -> dict | None:
@@ -358,16 +377,19 @@ def rungs_from(candidate: dict) -> dict | None:
 
 
 def _write_state(job_dir: str, settings: ProxySearchSettings, reference: Reference,
-                 results: list[dict], best: dict | None, final: bool = False) -> dict:
+                 results: list[dict], best: dict | None, final: bool = False,
+                 left_out: tuple[str, ...] = ()) -> dict:
   state = {
       "job_dir": job_dir,
       "model_selection_dir": settings.model_selection_dir,
       "accuracy_metric": reference.accuracy_metric,
       "reference": {"train_steps": reference.train_steps, "image_size": reference.image_size,
                     "seconds_per_step": reference.seconds_per_step,
-                    "models": len(reference.models)},
+                    "models": len(reference.models), "warnings": list(reference.warnings)},
       "targets": dataclasses.asdict(settings.targets),
       "candidates": results,
+      # Grid points that are the reference training itself: not proxies, never trained.
+      "left_out": list(left_out),
       "chosen": None if best is None else best["name"],
       "proxy_task_yaml": None,
       "early_stopping": None if best is None else rungs_from(best),

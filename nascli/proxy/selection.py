@@ -44,6 +44,9 @@ MAX_ALLOWED_FAILURES = START_NUM_MODELS // 5
 VALID_TRIALS_RATIO_THRESHOLD = 0.7
 # Below two models there is no range (lowest, highest) left to spread scores over.
 MIN_NUM_FILTERED_TRIALS = 2
+# A model scores "near chance" below this share of the way from chance (1 / classes) to a perfect
+# score: 0.19 on 10 classes. When half the kept models do, their order is the noise of training.
+NEAR_CHANCE_SHARE = 0.1
 # Vertex's normalization guard, kept so that both pick the same trial on the same scores.
 _NORMALIZATION_EPS = float(np.finfo(np.float32).eps)
 
@@ -242,3 +245,35 @@ def select_models(trials: Sequence[TrialScore],
   if not iterations:
     iterations.append(Iteration(len(current), (), (), tuple(current)))
   return tuple(iterations)
+
+
+def near_chance_bound(num_classes: int) -> float:
+  chance = 1.0 / num_classes
+  return chance + NEAR_CHANCE_SHARE * (1.0 - chance)
+
+
+def quality_warnings(models: Sequence[TrialScore], metric: str,
+                     num_classes: int | None) -> list[str]:
+  """What makes the kept models a poor reference, each with its fix: half of them or more near
+  chance (classification accuracy, `num_classes` known), or models tied on the metric (Kendall
+  tau cannot order a tie). Empty when neither."""
+  scored = [t for t in models if _finite(t.accuracy)]
+  out = []
+  if metric == "accuracy" and num_classes and num_classes > 1:
+    bound = near_chance_bound(num_classes)
+    low = [t.trial_id for t in scored if t.accuracy < bound]
+    if scored and 2 * len(low) >= len(scored):
+      out.append(f"{len(low)} of {len(scored)} reference models score near chance ({metric}"
+                 f" below {bound:.3g}; chance is {1 / num_classes:.3g} on {num_classes}"
+                 f" classes: trials {_ids(low)}): their order is training noise, and no proxy"
+                 " can be judged against it; train the reference longer (--params_override"
+                 " trainer.train_steps=...) or on more data")
+  groups: dict[float, list[str]] = {}
+  for t in scored:
+    groups.setdefault(round(t.accuracy, 9), []).append(t.trial_id)
+  for value, ids in sorted(groups.items()):
+    if len(ids) > 1:
+      out.append(f"trials {' and '.join([', '.join(ids[:-1]), ids[-1]])} tie at {metric}"
+                 f" {value:.4g}: Kendall tau cannot order them; a longer reference training or"
+                 " more validation data separates them")
+  return out

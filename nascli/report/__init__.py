@@ -85,6 +85,8 @@ def write_search(job_dir: str, state: Any, rows: Sequence[Mapping[str, Any]],
   from nascli.report import kinds
   from nascli.report import search_page
   try:
+    if kinds.is_variance(job_dir):  # a measure_proxy_task_variance job extended
+      return _save(job_dir, kinds.variance_job_page(job_dir, state, rows, cache))
     page = search_page.build(job_dir, state, rows, cache)
     kinds.add_job_extras(page, job_dir)
     return _save(job_dir, page)

@@ -47,13 +47,16 @@ def proxy_search_page(job_dir: str) -> Page:
   state = _json(storage.join(job_dir, PROXY_STATE))
   candidates = state.get('candidates') or []
   targets = state.get('targets') or {}
+  # Plotted: the candidates with a tau (a trained one whose scores all tie has none).
   trained = [c for c in candidates if (c.get('accuracy_correlation') or {}).get('tau')
              is not None]
   chosen = state.get('chosen')
-  summary = (f'{len(candidates)} candidates, {len(trained)} trained;'
-             f' chosen: {chosen or "none"}' + ('' if state.get('finished') else ' (running)'))
-  page = Page(f'nascli search_proxy_task {job_dir.rstrip("/").rsplit("/", 1)[-1]}', summary)
+  page = Page(f'nascli search_proxy_task {job_dir.rstrip("/").rsplit("/", 1)[-1]}',
+              proxy_verdict(state))
+  page.text(proxy_counts(state), css='summary')
   reference = state.get('reference') or {}
+  for warning in reference.get('warnings') or []:
+    page.text(f'Warning: {warning}.', css='summary')
   page.text(f'Reference: {reference.get("models")} models trained {reference.get("train_steps")}'
             f' steps at image size {reference.get("image_size")}, metric'
             f' {state.get("accuracy_metric")}.')
@@ -68,7 +71,7 @@ def proxy_search_page(job_dir: str) -> Page:
                            ('latency_correlation', 'latency tau', '#2ca02c')):
     points = [c for c in trained if (c.get(key) or {}).get('tau') is not None]
     if points:
-      data.append({'type': 'scatter', 'mode': 'markers+text', 'name': name,
+      data.append({'type': 'scatter', 'mode': 'markers+text', 'name': name, 'cliponaxis': False,
                    'x': [cost(c) for c in points], 'y': [c[key]['tau'] for c in points],
                    'text': [c['name'] for c in points], 'textposition': 'top center',
                    'hovertext': [f'{c["name"]}: {name} {c[key]["tau"]:.3f}'
@@ -80,9 +83,13 @@ def proxy_search_page(job_dir: str) -> Page:
                                          for c in points]}})
   figures = []
   if data:
+    xs = [x for trace in data for x in trace['x']]
+    pad = 0.2 * ((max(xs) - min(xs)) or max(abs(max(xs)), 1e-9))  # room for the labels
     layout = {'title': {'text': 'Correlation with the reference against cost'},
               'xaxis': {'title': {'text': 'cost (minutes, the median model)' if hours
-                                  else 'cost (relative to the reference)'}},
+                                  else 'cost (relative to the reference)'},
+                        'range': [min(xs) - pad, max(xs) + pad]},
+              'margin': {'t': 60, 'r': 40},
               'yaxis': {'title': {'text': "Kendall's tau"}}, 'hovermode': 'closest'}
     if desired is not None:
       layout['shapes'] = [{'type': 'line', 'xref': 'paper', 'x0': 0, 'x1': 1, 'y0': desired,
@@ -128,6 +135,116 @@ def proxy_search_page(job_dir: str) -> Page:
   page.heading('Targets and result')
   page.preformatted('settings', json.dumps({k: v for k, v in state.items() if k != 'candidates'},
                                            indent=2, sort_keys=True, default=str))
+  return page
+
+
+def _tau_text(correlation: dict | None) -> str:
+  correlation = correlation or {}
+  tau = finite(correlation.get('tau'))
+  if tau is None:
+    return 'no tau'
+  interval = correlation.get('interval')
+  if interval and finite(interval[0]) is not None and finite(interval[1]) is not None:
+    return (f'tau {tau:.3f} ({correlation.get("level", 0.9):.0%} interval'
+            f' {interval[0]:.3f} to {interval[1]:.3f})')
+  return f'tau {tau:.3f}'
+
+
+def proxy_verdict(state: dict) -> str:
+  """The page's first line: the chosen proxy and why, or that there is none (yet)."""
+  candidates = state.get('candidates') or []
+  chosen = next((c for c in candidates if c.get('name') == state.get('chosen')), None)
+  desired = (state.get('targets') or {}).get('desired_accuracy_correlation')
+  target = '' if desired is None else f' against --desired_accuracy_correlation {desired:g}'
+  running = '' if state.get('finished') else ' (still running)'
+  if chosen is not None:
+    return (f'Chosen proxy{running}: {chosen["name"]} ({chosen.get("train_steps")} steps, image'
+            f' size {chosen.get("image_size")}, training data fraction'
+            f' {chosen.get("train_data_fraction")}): accuracy'
+            f' {_tau_text(chosen.get("accuracy_correlation"))}{target}.')
+  trained = [c for c in candidates if c.get('status') in ('succeeded', 'failed')]
+  if not state.get('finished'):
+    return f'No proxy chosen yet (still running): {len(trained)} candidate(s) trained so far.'
+  best = max((c for c in trained if finite((c.get('accuracy_correlation') or {}).get('tau'))
+              is not None), key=lambda c: c['accuracy_correlation']['tau'], default=None)
+  return ('No proxy: no candidate met the targets' + (
+      f'; the best, {best["name"]}, has accuracy {_tau_text(best["accuracy_correlation"])}'
+      f'{target}' if best else '') + '.')
+
+
+def proxy_counts(state: dict) -> str:
+  """How many candidates were tried, by what became of them."""
+  candidates = state.get('candidates') or []
+  counts: dict[str, int] = {}
+  for c in candidates:
+    counts[c.get('status', '?')] = counts.get(c.get('status', '?'), 0) + 1
+  trained = counts.get('succeeded', 0) + counts.get('failed', 0)
+  parts = [f'{trained} trained ({counts.get("succeeded", 0)} succeeded,'
+           f' {counts.get("failed", 0)} failed)', f'{counts.get("skipped", 0)} skipped untrained']
+  left_out = state.get('left_out') or []
+  text = f'{len(candidates)} candidate(s): ' + ', '.join(parts)
+  if left_out:
+    text += (f'; left out as the reference training itself: {", ".join(left_out)}')
+  return text + '.'
+
+
+# --------------------------------------------------------------------------- variance jobs
+
+
+def is_variance(job_dir: str) -> bool:
+  return storage.exists(storage.join(job_dir, VARIANCE_FILE))
+
+
+def variance_verdict(result: dict) -> str:
+  """The variance page's first line: whether the architectures differ by more than this
+  noise (with --compare_with), then Vertex's two numbers with their verdicts."""
+  runs = result.get('runs') or []
+
+  def good(flag: Any) -> str:
+    return 'n/a' if flag is None else ('good' if flag else 'NOT good')
+
+  numbers = (f'{len(runs)} runs of one architecture: coefficient of variation'
+             f' {_fmt(result.get("variance"))} ({good(result.get("variance_good"))}, <='
+             f' {_fmt(result.get("max_variance_to_be_good"))}), smoothness'
+             f' {_fmt(result.get("smoothness"))} ({good(result.get("smoothness_good"))}, <='
+             f' {_fmt(result.get("max_smoothness_to_be_good"))}).')
+  verdict = result.get('verdict') or {}
+  message = verdict.get('message')
+  if not message:
+    return numbers
+  where = (f' ({verdict.get("compared_with")}, {verdict.get("architectures")} architectures)'
+           if verdict.get('compared_with') else '')
+  return f'{message[0].upper()}{message[1:]}{where}. {numbers}'
+
+
+@page_kind('measure_proxy_task_variance', is_variance)
+def variance_job_page(job_dir: str, state: Any = None, rows: Any = None,
+                      cache: dict[str, Any] | None = None) -> Page:
+  """A measure_proxy_task_variance job: its verdict first, each run's score and curve, the
+  runs' table; none of a search's reward, Pareto or latency-target views (one architecture)."""
+  # pylint: disable=g-import-not-at-top
+  from nascli.report import search_page
+  from nascli.search import journal as journal_lib
+  from nascli.search import results
+  if state is None:
+    state = journal_lib.replay(journal_lib.journal_for(job_dir).events())
+  if rows is None:
+    rows = results.trial_rows(job_dir, state)
+  result = _json(storage.join(job_dir, VARIANCE_FILE))
+  name = job_dir.rstrip('/').rsplit('/', 1)[-1]
+  page = Page(f'nascli measure_proxy_task_variance {name}', variance_verdict(result))
+  _variance_section(page, result)
+  metric = result.get('accuracy_metric', 'accuracy')
+  cache = {} if cache is None else cache
+  curves = search_page.curve_figures(job_dir, state, rows, metric, cache.setdefault('curves', {}))
+  if curves:
+    page.heading('Learning curves', 'Each run (seed) of the architecture along its training.')
+    page.plots(*curves)
+  page.heading('Runs', 'One architecture, one row per seed.')
+  search_page.trial_table(page, job_dir, rows, metric, state)
+  page.heading('Settings')
+  page.preformatted('settings', json.dumps(dict(state.settings or {}), indent=2,
+                                           sort_keys=True, default=str))
   return page
 
 
@@ -185,6 +302,8 @@ def _models_section(page: Page, selection: dict) -> None:
   models = selection.get('models') or []
   page.heading('Models chosen for the proxy study (select_proxy_task_models)',
                f'{len(models)} models spread over the reference search\'s accuracy.')
+  for warning in selection.get('warnings') or []:
+    page.text(f'Warning: {warning}.', css='summary')
   rows = [[Cell(str(m.get('trial_id')), str(m.get('trial_id'))),
            Cell(_fmt(m.get('accuracy')), finite(m.get('accuracy'))),
            Cell(_fmt(m.get('latency_ms')), finite(m.get('latency_ms')))] for m in models]
