@@ -6,8 +6,8 @@ in tests/test_search_proxy_task.py, tests/test_select_proxy_task_models.py and
 tests/test_proxy_variance.py."""
 
 import json
-import math
 import os
+import pathlib
 import shutil
 import signal
 import subprocess
@@ -20,7 +20,9 @@ from scipy import stats
 
 import tf_probe
 from conftest import journal_events, nascli_subprocess
+from nascli.proxy import correlation
 from nascli.proxy import model_selection_main
+from nascli.proxy import proxy_search
 
 SHORT = "trainer.train_steps=40,trainer.steps_per_loop=10,trainer.checkpoint_interval=10"
 MODELS = 5  # Kendall tau needs 5 valid pairs
@@ -109,12 +111,30 @@ def test_search_proxy_task_killed_and_resumed_picks_the_cheapest_and_its_yaml_re
   by_id = {t["trial_id"]: t for t in trials}
   assert [by_id[str(i)]["nas_params"] for i in range(1, MODELS + 1)] == [
       m["nas_params"] for m in models["models"]]
+  # Proxy and reference do not share their noise: each model's proxy trainings ran with its
+  # reference training's seed + 1, as the trials recorded what they ran (run seed and the
+  # training data's seed in params.yaml).
+  def seeds(trial_dir):
+    spec = json.loads((trial_dir / "trial_spec.json").read_text())["trial"]["run"]["seed"]
+    params = yaml.load((trial_dir / "params.yaml").read_text(), Loader=yaml.UnsafeLoader)  # noqa: S506 - our own file
+    return spec, params["task"]["train_data"]["seed"]
+
+  reference_seeds = [seeds(pathlib.Path(m["trial_dir"])) for m in models["models"]]
+  proxy_seeds = [seeds(cand / str(i)) for i in range(1, MODELS + 1)]
+  assert all(a == b for a, b in reference_seeds + proxy_seeds)
+  assert [p for p, _ in proxy_seeds] == [r + 1 for r, _ in reference_seeds]
+  assert result["proxy_seeds"] == [p for p, _ in proxy_seeds]
+  assert result["reference"]["seeds"] == [r for r, _ in reference_seeds]
+  # Tau is scipy's, with its bootstrap interval over the models (seeded by the proxies' seed).
   proxy_scores = [by_id[str(i)]["accuracy"] for i in range(1, MODELS + 1)]
   reference = [m["accuracy"] for m in models["models"]]
-  assert first["accuracy_correlation"]["tau"] == pytest.approx(
-      stats.kendalltau(proxy_scores, reference).statistic)
+  accuracy = first["accuracy_correlation"]
+  assert accuracy["tau"] == pytest.approx(stats.kendalltau(proxy_scores, reference).statistic)
+  assert accuracy["interval"] == list(correlation.bootstrap_interval(
+      proxy_scores, reference, seed=result["proxy_seeds"][0]))
+  assert accuracy["interval"][0] <= accuracy["tau"] <= accuracy["interval"][1]
   assert first["latency_correlation"] is None
-  # Evaluated along training, every loop: the per-step taus.
+  # Evaluated along training, every loop: the per-step taus, at measured steps only.
   curve = [json.loads(line)["step"] for line in (cand / "1" / "validation_curve.jsonl")
            .read_text().splitlines()]
   assert curve == [5, 10, 15, 20]  # the loop shrinks with the schedule
@@ -122,13 +142,12 @@ def test_search_proxy_task_killed_and_resumed_picks_the_cheapest_and_its_yaml_re
   assert (job / "proxy_task_search.png").read_bytes()[:4] == b"\x89PNG"
   state = json.loads((job / "search_controller_state.json").read_text())
   assert state == result and state["finished"]
-  # The rungs its curves support: from the first step whose tau meets the target, if before
-  # the end (the table's last lines print the flags beside the YAML).
-  meets = first["first_step_meeting_correlation"]
-  assert meets is not None and meets <= 20
+  # The rungs its curves support: from the evaluated step on which tau's lower end stays at the
+  # target to the end, if before the end (the table's last lines print the flags by the YAML).
+  holds = first["correlation_holds_from_step"]
+  assert holds == proxy_search.holds_from(first["over_steps"], -1) and holds in curve
   assert state["early_stopping"] == (
-      None if math.ceil(meets) >= 20 else {"early_stopping": "asha_promotions",
-                                           "min_steps": math.ceil(meets)})
+      None if holds >= 20 else {"early_stopping": "asha_promotions", "min_steps": int(holds)})
   # proxy_task.yaml: the candidate's trial 1 config, less the architecture and the data; the
   # candidate's folder holds the same file (every trained candidate's recipe).
   proxy = yaml.safe_load((job / "proxy_task.yaml").read_text())
@@ -146,7 +165,8 @@ def test_search_proxy_task_killed_and_resumed_picks_the_cheapest_and_its_yaml_re
 
 
 def test_a_grid_of_only_the_reference_is_refused_before_anything_trains(selection, tmp_path):
-  """The former documented run's 100% on its own: one line, exit 1, no job dir."""
+  """The former documented run's 100% on its own, or the reference's own seed for the proxies:
+  one line, exit 1, no job dir."""
   sel_dir, _ = selection
   job = tmp_path / "job"
   proc, tf_loaded = tf_probe.run("search_proxy_task", "--proxy_task_model_selection_dir",
@@ -157,6 +177,14 @@ def test_a_grid_of_only_the_reference_is_refused_before_anything_trains(selectio
       "Error: every candidate is the reference training itself (40 steps, 32px, all the"
       " training data), not a proxy of it: give shorter --proxy_train_steps (e.g. 25%,50%),"
       " smaller --proxy_image_sizes or --proxy_train_data_fractions below 1")
+  # The reference models' own seed for the proxies: refused too, before anything trains.
+  proc, tf_loaded = tf_probe.run("search_proxy_task", "--proxy_task_model_selection_dir",
+                                 sel_dir, "--proxy_train_steps", "50%", "--seed", "0",
+                                 "--local_output_dir", job)
+  assert proc.returncode == 1 and not tf_loaded, proc.stderr[-2000:]
+  assert proc.stderr.strip().splitlines()[-1].startswith(
+      "Error: --seed 0 is the seed the reference models trained with: proxy and reference would"
+      " share their training noise")
   assert not job.exists()
 
 
@@ -176,7 +204,7 @@ def test_a_rerun_with_another_setting_is_refused_and_changes_nothing(proxy_job):
   proc, tf_loaded = tf_probe.run(*args[3:], "--seed", "7")
   assert proc.returncode == 1 and not tf_loaded, proc.stderr[-2000:]
   assert proc.stderr.strip().splitlines()[-1] == (
-      f"Error: {job} was started with other settings (differs in: seed 0 -> 7); pass"
+      f"Error: {job} was started with other settings (differs in: seed 1 -> 7); pass"
       " --overwrite to delete it and start over, or use another --local_output_dir")
   assert proc.stdout == ""
   assert _snapshot(job) == before
@@ -202,7 +230,7 @@ def test_a_candidate_job_of_other_settings_is_an_error_not_a_failed_candidate(pr
   assert proc.returncode == 1, proc.stderr[-2000:]
   line = proc.stderr.strip().splitlines()[-1]
   assert line.startswith(f"Error: {copy / 'candidates' / CANDIDATE} was started with other"
-                         " settings (differs in: trial.run.seed 99 -> 0)"), proc.stderr[-2000:]
+                         " settings (differs in: trial.run.seed 99 -> 1)"), proc.stderr[-2000:]
   assert (copy / "search_controller_state.json").read_bytes() == state
 
 

@@ -91,26 +91,80 @@ def _curves(finals):
 
 
 def test_evaluate_is_kendall_tau_against_the_reference_and_the_median_models_cost():
+  """Tau 0.867 is above the 0.65 target, but one discordant pair among six models leaves the
+  lower end of its 90% interval at about 0.45: not accepted. The same ranking without that
+  pair (tau 1) is."""
   proxy = [0.30, 0.35, 0.32, 0.50, 0.55, 0.60]
   speeds = [0.1, 0.2, 0.3, 0.4, 0.5, 0.6]
   result = proxy_search.evaluate(proxy, REFERENCE, LATENCY, LATENCY, _curves(proxy), speeds,
-                                 train_steps=360, targets=proxy_search.Targets())
+                                 train_steps=360, targets=proxy_search.Targets(), seed=3)
   tau = stats.kendalltau(proxy, REFERENCE).statistic
-  assert result["accuracy_correlation"]["tau"] == pytest.approx(tau)
+  accuracy = result["accuracy_correlation"]
+  assert accuracy["tau"] == pytest.approx(tau) and tau >= 0.65
+  low, high = accuracy["interval"]
+  assert (low, high) == correlation.bootstrap_interval(proxy, REFERENCE, seed=3)
+  assert low < 0.65 <= tau <= high and accuracy["level"] == 0.9
+  assert result["status"] == "failed"
+  assert result["reason"] == (f"accuracy tau {tau:.3f}, 90% interval {low:.3f} to {high:.3f}:"
+                              " its lower end is below --desired_accuracy_correlation 0.65")
   assert result["latency_correlation"]["tau"] == pytest.approx(1.0)
-  assert result["status"] == "succeeded" and tau >= 0.65
   # The upper median of the proxy scores is 0.50 (model 4): its speed costs the proxy.
   assert result["median_accuracy"] == 0.50
   assert result["cost_hours"] == pytest.approx(0.4 * 360 / 3600)
   assert [p["step"] for p in result["over_steps"]] == [10.0, 20.0]
-  assert result["first_step_meeting_correlation"] == 10.0  # halved curves rank the same
+  ordered = sorted(proxy)
+  good = proxy_search.evaluate(ordered, REFERENCE, LATENCY, LATENCY, _curves(ordered), speeds,
+                               train_steps=360, targets=proxy_search.Targets(), seed=3)
+  assert good["status"] == "succeeded" and good["accuracy_correlation"]["interval"] == [1.0, 1.0]
+  assert good["reason"] == "Met desired correlation"
+  # Halved curves rank the same at step 10: the target holds from the first evaluation on.
+  assert good["correlation_holds_from_step"] == 10.0
+
+
+def test_the_first_rung_is_a_measured_step_from_which_the_target_holds_to_the_end():
+  """Not the first crossing: tau's lower end meets 0.65 at step 10, falls below it at 20 and
+  holds from 30 on, so the rung is 30; a step that only some models were evaluated at (an
+  interpolated tau) is never one; a proxy whose last evaluation misses the target has none."""
+  points = [{"step": 10.0, "low": 0.7}, {"step": 20.0, "low": 0.5},
+            {"step": 30.0, "low": 0.66}, {"step": 40.0, "low": 0.8}]
+  assert proxy_search.holds_from(points, 0.65) == 30.0
+  assert proxy_search.holds_from(points[:2], 0.65) is None
+  assert proxy_search.holds_from(points[:1] + [{"step": 20.0, "low": None}] + points[2:],
+                                 0.65) == 30.0
+  assert main.rungs_from({"correlation_holds_from_step": 30.0, "train_steps": 40}) == {
+      "early_stopping": "asha_promotions", "min_steps": 30}
+  assert main.rungs_from({"correlation_holds_from_step": 40.0, "train_steps": 40}) is None
+  assert main.rungs_from({"correlation_holds_from_step": None, "train_steps": 40}) is None
+  # Model 1 was evaluated at 10, 25 and 40, the others at 20 and 40 (and a failed model never
+  # counts): tau is measured at 40 only.
+  curves = [([10.0, 25.0, 40.0], [0.1, 0.2, 0.3])] + [([20.0, 40.0], [0.1, f]) for f in
+                                                       (0.4, 0.5, 0.6, 0.7)] + [([10.0], [0.1])]
+  assert proxy_search.measured_steps(curves, [0.3, 0.4, 0.5, 0.6, 0.7, None]) == [40.0]
+  result = proxy_search.evaluate([0.3, 0.4, 0.5, 0.6, 0.7, None], REFERENCE, LATENCY, LATENCY,
+                                 curves, [0.1] * 6, 40, proxy_search.Targets())
+  assert [p["step"] for p in result["over_steps"]] == [40.0]
+  assert result["over_steps"][0]["low"] == 1.0 and result["correlation_holds_from_step"] == 40.0
+
+
+def test_proxies_train_with_other_seeds_than_their_reference():
+  reference = main.Reference(models=[{}] * 3, accuracy_metric="accuracy",
+                             search_space="mnasnet", search_space_module=None, trial=None,
+                             train_steps=40, image_size=32, seconds_per_step=None,
+                             seeds=(0, 0, 5))
+  assert main.proxy_seeds(reference, None) == [1, 1, 6]  # each reference seed + 1
+  assert main.proxy_seeds(reference, 7) == [7, 7, 7]
+  with pytest.raises(NascliError, match=r"^--seed 5 is the seed the reference models trained"
+                                        " with: proxy and reference would share their training"
+                                        " noise"):
+    main.proxy_seeds(reference, 5)
 
 
 def test_evaluate_fails_a_proxy_that_ranks_badly_or_whose_latency_disagrees():
   shuffled = [0.6, 0.3, 0.55, 0.35, 0.5, 0.32]
   bad = proxy_search.evaluate(shuffled, REFERENCE, LATENCY, LATENCY, _curves(shuffled),
                               [0.1] * 6, 100, proxy_search.Targets())
-  assert bad["status"] == "failed" and "< --desired_accuracy_correlation 0.65" in bad["reason"]
+  assert bad["status"] == "failed" and bad["reason"].endswith(
+      "its lower end is below --desired_accuracy_correlation 0.65")
   good = [0.30, 0.35, 0.40, 0.50, 0.55, 0.60]
   reversed_latency = list(reversed(LATENCY))
   slow = proxy_search.evaluate(good, REFERENCE, reversed_latency, LATENCY, _curves(good),

@@ -2,9 +2,10 @@
 
 Candidates are the reference recipe of a `select_proxy_task_models` job shortened to
 --proxy_train_steps, on --proxy_image_sizes and --proxy_train_data_fractions (every
-combination), tried cheapest first. Each trains the selected models; it succeeds when Kendall's
+combination), tried cheapest first. Each trains the selected models with other seeds than their
+reference trainings; it succeeds when the lower end of the 90% bootstrap interval of Kendall's
 tau of its scores against the reference scores meets --desired_accuracy_correlation (and its
-latencies' --desired_latency_correlation). The cheapest success is written as proxy_task.yaml,
+latencies' tau --desired_latency_correlation). The cheapest success is written as proxy_task.yaml,
 for `search_in_local --config_file`.
 """
 
@@ -44,7 +45,8 @@ DataFractions = Annotated[str, typer.Option(
     " comma-separated (Vertex's example: 0.25,0.5,0.75,0.95).")]
 Correlation = Annotated[Optional[float], typer.Option(
     *flag("desired_accuracy_correlation"), help="Kendall tau a proxy's scores must reach"
-    " against the reference's.")]
+    " against the reference's, at the lower end of its 90% bootstrap interval over the"
+    " models.")]
 LatencyCorrelation = Annotated[Optional[float], typer.Option(
     *flag("desired_latency_correlation"), help="Kendall tau its latencies must reach.")]
 DesiredAccuracy = Annotated[Optional[float], typer.Option(
@@ -70,8 +72,10 @@ def search_proxy_task(
     desired_accuracy: DesiredAccuracy = None,
     training_time_hrs_limit: TimeLimit = TRAINING_TIME_HRS_LIMIT,
     early_stop_proxy_task_if_not_best: EarlyStop = True,
-    seed: Annotated[int, typer.Option(
-        *flag("seed"), help="Every candidate's trainings' seed.")] = 0,
+    seed: Annotated[Optional[int], typer.Option(
+        *flag("seed"), help="The candidates' trainings' seed (default: each reference model's"
+        " seed + 1; never a reference model's own, so that proxy and reference do not share"
+        " their noise); it also seeds the bootstrap interval of tau.")] = None,
     max_parallel_nas_trial: f.MaxParallel = 1,
     local_output_dir: f.OutputDir = None,
     previous_proxy_task_search_dir: PreviousDir = None,
@@ -116,6 +120,7 @@ def search_proxy_task(
   space = jobs.job_settings(proxy_task_model_selection_dir, "--proxy_task_model_selection_dir")
   # The engine's shared flags; the recipe, the space and the models come from the selection.
   values = dict(locals(), prebuilt_search_space=space.get("search_space", "mnasnet"),
+                seed=0 if seed is None else seed,  # the engine's; the proxies': proxy_seeds
                 search_space_module=space.get("search_space_module"),
                 **f.UNSEARCHED, search_algorithm="random", max_nas_trial=1,
                 max_failed_nas_trial=None, search_docker_flags=None,
@@ -135,7 +140,8 @@ def search_proxy_task(
           desired_accuracy=desired_accuracy,
           desired_latency_correlation=desired_latency_correlation,
           training_time_hrs_limit=training_time_hrs_limit,
-          early_stop_proxy_task_if_not_best=early_stop_proxy_task_if_not_best))
+          early_stop_proxy_task_if_not_best=early_stop_proxy_task_if_not_best),
+      seed=seed)
   with f.interrupt_described(values):
     args = f.from_flags(values, max_trial_retries=max_trial_retries)
     make_executor = (lambda: r.executor(values, env)) if ray_address else None
@@ -148,7 +154,11 @@ def search_proxy_task(
 def _tau(correlation) -> str:
   if not correlation:
     return "-"
-  return "n/a" if correlation["tau"] is None else f"{correlation['tau']:.3f}"
+  if correlation["tau"] is None:
+    return "n/a"
+  interval = correlation.get("interval")
+  return f"{correlation['tau']:.3f}" + (
+      f" [{interval[0]:.2f}, {interval[1]:.2f}]" if interval else "")
 
 
 def _print(result: dict, as_json: bool) -> None:
@@ -157,7 +167,7 @@ def _print(result: dict, as_json: bool) -> None:
     return
   table = Table(title=f"{result['job_dir']}: proxy candidates against"
                 f" {result['reference']['models']} reference models")
-  for column in ("candidate", "status", "accuracy tau", "latency tau", "median "
+  for column in ("candidate", "status", "accuracy tau [90% interval]", "latency tau", "median "
                  + result["accuracy_metric"], "cost (min)", "reason"):
     table.add_column(column)
   for c in result["candidates"]:
@@ -171,10 +181,13 @@ def _print(result: dict, as_json: bool) -> None:
     rungs = result.get("early_stopping")
     flags = (f" --early_stopping {rungs['early_stopping']} --min_steps {rungs['min_steps']}"
              if rungs else "")
-    out.print(f"chosen proxy: {result['chosen']}; use it with `nascli search_in_local"
+    chosen = next(c for c in result["candidates"] if c["name"] == result["chosen"])
+    out.print(f"chosen proxy: {result['chosen']} (accuracy tau"
+              f" {_tau(chosen['accuracy_correlation'])}); use it with `nascli search_in_local"
               f" --config_file {result['proxy_task_yaml']}{flags}`", highlight=False)
     if rungs:
-      out.print(f"(its models rank as the reference does from step {rungs['min_steps']} on:"
+      out.print(f"(from step {rungs['min_steps']} on, at every evaluated step, its models rank"
+                " as the reference does, the lower end of tau's interval at the target:"
                 " early-stopping rungs from there)", highlight=False)
   else:
     out.print("no candidate met the targets: add longer candidates (--proxy_train_steps) or"

@@ -91,6 +91,53 @@ def rank_correlation(proxy: Sequence[float | None], reference: Sequence[float | 
   return Correlation(float(result.statistic), float(result.pvalue), num_valid, total)
 
 
+# The interval a proxy's tau is reported with (search_proxy_task): a percentile bootstrap over
+# the models, its lower end a one-sided 95 % bound.
+INTERVAL_LEVEL = 0.9
+BOOTSTRAP_RESAMPLES = 2000
+_BOOTSTRAP_CHUNK = 250  # resamples per numpy batch (B x n x n signs in memory)
+
+
+def bootstrap_interval(proxy: Sequence[float | None], reference: Sequence[float | None],
+                       seed: int, level: float = INTERVAL_LEVEL,
+                       resamples: int = BOOTSTRAP_RESAMPLES) -> tuple[float, float] | None:
+  """A percentile bootstrap interval of Kendall's tau over the models.
+
+  The valid pairs (both scores finite) are drawn with replacement `resamples` times by numpy's
+  generator seeded with `seed` (so the same scores and seed give the same interval); each
+  resample's tau-b is computed (a model drawn twice is a pair tied on both sides, which tau-b
+  leaves out, as `scipy.stats.kendalltau` does), resamples without a tau (one distinct model, or
+  every score tied) are dropped, and the interval is the (1 - level) / 2 and (1 + level) / 2
+  quantiles of the rest. None with fewer than 2 valid pairs or no resample with a tau.
+  """
+  a, b = _as_floats(proxy), _as_floats(reference)
+  if a.shape != b.shape:
+    raise ValueError(f"{len(a)} proxy scores for {len(b)} reference scores")
+  valid = np.isfinite(a) & np.isfinite(b)
+  x, y = a[valid], b[valid]
+  n = len(x)
+  if n < 2:
+    return None
+  sx = np.sign(x[:, None] - x[None, :])
+  sy = np.sign(y[:, None] - y[None, :])
+  draws = np.random.default_rng(seed).integers(0, n, size=(resamples, n))
+  taus = []
+  for start in range(0, resamples, _BOOTSTRAP_CHUNK):
+    idx = draws[start:start + _BOOTSTRAP_CHUNK]
+    px = sx[idx[:, :, None], idx[:, None, :]]
+    py = sy[idx[:, :, None], idx[:, None, :]]
+    # Over ordered pairs: sum(px * py) = 2 (C - D), sum(|px|) = 2 (pairs untied in x): tau-b.
+    num = (px * py).sum(axis=(1, 2))
+    dx, dy = np.abs(px).sum(axis=(1, 2)), np.abs(py).sum(axis=(1, 2))
+    ok = (dx > 0) & (dy > 0)
+    taus.append(num[ok] / np.sqrt(dx[ok] * dy[ok]))
+  values = np.concatenate(taus)
+  if not len(values):
+    return None
+  low, high = np.quantile(values, [(1 - level) / 2, (1 + level) / 2])
+  return float(low), float(high)
+
+
 def _clean(curve: Curve | None, index: int) -> tuple[np.ndarray, np.ndarray]:
   """A curve sorted by step; a step logged twice (a resumed trial) keeps its last value."""
   if curve is None:

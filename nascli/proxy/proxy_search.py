@@ -1,20 +1,28 @@
 """`search_proxy_task`'s decisions, pure functions of the flags and the finished trainings.
 
 A candidate proxy is the reference recipe shortened (train steps, the schedule with them), on
-smaller images and on part of the training files. Candidates are tried cheapest first; each
-trains every selected reference model, and it succeeds when the rank correlation of its final
-scores with the reference scores (Kendall's tau, `correlation.rank_correlation`) meets the
-target, and its latencies rank as the reference's do. With `early_stop_proxy_task_if_not_best`,
-a candidate that cannot be cheaper than the best success so far is skipped untrained.
+smaller images and on part of the training files; the reference recipe itself is no candidate.
+Candidates are tried cheapest first; each trains every selected reference model with other
+seeds than the reference trainings had (so that the two do not share their noise), and it
+succeeds when the rank correlation of its final scores with the reference scores (Kendall's
+tau, `correlation.rank_correlation`) meets the target at the lower end of its bootstrap
+interval over the models (`correlation.bootstrap_interval`), and its latencies rank as the
+reference's do. With `early_stop_proxy_task_if_not_best`, a candidate that cannot be cheaper
+than the best success so far is skipped untrained.
+
+Why the interval's lower end, not a second seed: with 5 to 10 models one discordant pair moves
+tau by 0.2 to 0.05, so the point tau of one study is itself uncertain, and the interval says by
+how much from the trainings already made; a second seed per candidate would double every
+candidate's cost and measure only the training noise, not the luck of which models were drawn.
 
 Costs are estimated before a candidate trains (the reference models' measured seconds per step,
 times its steps, times its pixel count over the reference's), so the order and the skips are
 the same on every rerun, whatever the machine's load; each trained candidate also reports the
 cost it measured. Where this differs from Vertex: Vertex stops a candidate's trainings at the
-first step whose tau meets the target and reports that step; here a candidate trains its whole
-(shortened) schedule, because the YAML handed to the search must be the training that was
-measured; the first step where tau met the target is reported beside it, as a hint for a
-shorter candidate.
+first step whose tau meets the target and reports that step (interpolated); here a candidate
+trains its whole (shortened) schedule, because the YAML handed to the search must be the
+training that was measured; the first evaluated step from which tau's lower end stays at the
+target to the end is reported beside it (`holds_from`), the first rung early stopping may use.
 """
 
 from __future__ import annotations
@@ -171,12 +179,45 @@ def median_model(values: Sequence[float | None]) -> int | None:
   return sorted(valid)[len(valid) // 2][1]
 
 
+def measured_steps(curves: Sequence[correlation.Curve | None],
+                   proxy_scores: Sequence[float | None]) -> list[float]:
+  """The steps at which every model with a final score was evaluated: where a tau along
+  training is measured, not interpolated between evaluations."""
+  sets = [set(float(x) for x in curve[0]) for curve, score in zip(curves, proxy_scores)
+          if curve is not None and score is not None and math.isfinite(score)]
+  return sorted(set.intersection(*sets)) if sets else []
+
+
+def holds_from(over_steps: Sequence[dict], target: float) -> float | None:
+  """The first evaluated step from which the lower end of tau's interval is at or above
+  `target` at that step and at every later evaluated step, the end included; None when the
+  last evaluated step falls short. Where a rung at that step (or later) ranks the models, a
+  shortened training ranks them as well as the whole proxy."""
+  start = None
+  for point in sorted(over_steps, key=lambda p: p["step"]):
+    low = point.get("low")
+    if low is not None and low >= target:
+      start = point["step"] if start is None else start
+    else:
+      start = None
+  return start
+
+
 def evaluate(proxy_scores: Sequence[float | None], reference_scores: Sequence[float | None],
              proxy_latencies: Sequence[float | None], reference_latencies: Sequence[float | None],
              curves: Sequence[correlation.Curve | None], seconds_per_step: Sequence[float | None],
-             train_steps: int, targets: Targets) -> dict:
-  """A trained candidate's quality and cost, and whether it succeeds (and why not)."""
+             train_steps: int, targets: Targets, seed: int = 0) -> dict:
+  """A trained candidate's quality and cost, and whether it succeeds (and why not).
+
+  The accuracy tau comes with a bootstrap interval over the models
+  (`correlation.bootstrap_interval`, seeded by `seed`); the correlation target is met only when
+  the interval's lower end meets it. Along training, tau and its interval are computed at each
+  step where every model was evaluated (`measured_steps`), and `correlation_holds_from_step`
+  is the first of them from which the lower end stays at or above the target (`holds_from`).
+  """
   accuracy = correlation.rank_correlation(proxy_scores, reference_scores)
+  interval = (correlation.bootstrap_interval(proxy_scores, reference_scores, seed)
+              if accuracy.enough else None)
   have_latency = any(v is not None for v in reference_latencies) and any(
       v is not None for v in proxy_latencies)
   latency = (correlation.rank_correlation(proxy_latencies, reference_latencies)
@@ -185,22 +226,36 @@ def evaluate(proxy_scores: Sequence[float | None], reference_scores: Sequence[fl
   median_accuracy = None if middle is None else float(proxy_scores[middle])
   speed = None if middle is None else seconds_per_step[middle]
   cost_hours = None if speed is None else speed * train_steps / 3600.0
-  over = correlation.correlation_over_steps(curves, reference_scores)
-  first = (correlation.first_step_reaching(over, targets.desired_accuracy_correlation)
-           if targets.desired_accuracy_correlation is not None else None)
+  steps = measured_steps(curves, proxy_scores)
+  over = correlation.correlation_over_steps(curves, reference_scores, steps=steps)
+  table = correlation.interpolate_curves(curves, steps)
+  over_steps = []
+  for j, (step, tau) in enumerate(zip(over.steps, over.taus)):
+    bounds = (correlation.bootstrap_interval(table[:, j], reference_scores, seed)
+              if np.isfinite(tau) else None)
+    over_steps.append({"step": float(step), "tau": _finite(tau),
+                       "low": None if bounds is None else bounds[0],
+                       "high": None if bounds is None else bounds[1]})
+  desired = targets.desired_accuracy_correlation
+  holds = holds_from(over_steps, desired) if desired is not None else None
   met = []
-  if (targets.desired_accuracy_correlation is not None and accuracy.enough
-      and accuracy.tau >= targets.desired_accuracy_correlation):
+  if desired is not None and interval is not None and interval[0] >= desired:
     met.append(correlation.StopReason.MET_DESIRED_ACCURACY_CORRELATION.value)
   if (targets.desired_accuracy is not None and median_accuracy is not None
       and median_accuracy >= targets.desired_accuracy):
     met.append(correlation.StopReason.MET_DESIRED_ACCURACY.value)
   problems = []
   if not met:
-    problems.append(accuracy.reason or (
-        f"accuracy tau {accuracy.tau:.3f} < --desired_accuracy_correlation"
-        f" {targets.desired_accuracy_correlation}" if targets.desired_accuracy_correlation
-        is not None else "median accuracy below --desired_accuracy"))
+    if accuracy.reason:
+      problems.append(accuracy.reason)
+    elif desired is not None:
+      shown = ("" if interval is None else
+               f", {correlation.INTERVAL_LEVEL:.0%} interval {interval[0]:.3f} to"
+               f" {interval[1]:.3f}")
+      problems.append(f"accuracy tau {accuracy.tau:.3f}{shown}: its lower end is below"
+                      f" --desired_accuracy_correlation {desired}")
+    else:
+      problems.append("median accuracy below --desired_accuracy")
   if latency is not None and targets.desired_latency_correlation is not None:
     if not latency.enough:
       problems.append(f"latency: {latency.reason}")
@@ -214,12 +269,12 @@ def evaluate(proxy_scores: Sequence[float | None], reference_scores: Sequence[fl
   return {
       "status": "failed" if problems else "succeeded",
       "reason": "; ".join(problems) if problems else "; ".join(met),
-      "accuracy_correlation": _correlation(accuracy),
+      "accuracy_correlation": _correlation(accuracy, interval),
       "latency_correlation": None if latency is None else _correlation(latency),
       "median_accuracy": median_accuracy,
       "cost_hours": cost_hours,
-      "over_steps": [{"step": float(s), "tau": _finite(t)} for s, t in zip(over.steps, over.taus)],
-      "first_step_meeting_correlation": None if first is None else first.step,
+      "over_steps": over_steps,
+      "correlation_holds_from_step": holds,
   }
 
 
@@ -227,6 +282,10 @@ def _finite(value: float) -> float | None:
   return float(value) if value is not None and np.isfinite(value) else None
 
 
-def _correlation(c: correlation.Correlation) -> dict:
-  return {"tau": _finite(c.tau), "p_value": _finite(c.p_value), "num_valid": c.num_valid,
-          "num_total": c.num_total, "reason": c.reason}
+def _correlation(c: correlation.Correlation,
+                 interval: tuple[float, float] | None = None) -> dict:
+  out = {"tau": _finite(c.tau), "p_value": _finite(c.p_value), "num_valid": c.num_valid,
+         "num_total": c.num_total, "reason": c.reason}
+  if interval is not None:
+    out.update(interval=list(interval), level=correlation.INTERVAL_LEVEL)
+  return out

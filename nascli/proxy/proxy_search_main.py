@@ -1,7 +1,8 @@
 """`search_proxy_task`: candidate proxies, each a search job over the selected reference models.
 
 Each candidate is a job of its own under JOB_DIR/candidates/<name>: the internal `fixed`
-algorithm trains the selected models' architectures (one trial each, the job's seed) with the
+algorithm trains the selected models' architectures (one trial each, with a seed other than the
+one its reference training had: `proxy_seeds`) with the
 selection job's reference recipe changed by the candidate (run_spec.ProxySettings), every trial
 evaluating along its training. The engine makes it journaled and resumable, on warm workers or
 Ray. The decisions (order, skips, success) are nascli.proxy.proxy_search's pure functions, so a
@@ -70,6 +71,7 @@ class ProxySearchSettings:
   image_sizes: str | None = None  # None: the reference's
   train_data_fractions: str = "1"
   targets: proxy_search.Targets = proxy_search.Targets()
+  seed: int | None = None  # the proxies' trainings' (None: each reference model's seed + 1)
 
 
 def default_job_dir(model_selection_dir: str) -> str:
@@ -91,6 +93,8 @@ class Reference:
   seconds_per_step: float | None  # the median reference model's
   # What makes the models a poor reference (near chance, ties): selection.quality_warnings.
   warnings: tuple[str, ...] = ()
+  # Each model's reference training's seed, as its trial recorded it (trial_spec.json).
+  seeds: tuple[int | None, ...] = ()
 
 
 def read_reference(selection_dir: str) -> Reference:
@@ -115,20 +119,52 @@ def read_reference(selection_dir: str) -> Reference:
       train_steps=int(params["trainer"]["train_steps"]),
       image_size=int(params["task"]["model"]["input_size"][0]),
       seconds_per_step=None if middle is None else speeds[middle],
-      warnings=tuple(model_selection_main.quality_warnings(models, selection["accuracy_metric"])))
+      warnings=tuple(model_selection_main.quality_warnings(models, selection["accuracy_metric"])),
+      seeds=tuple(_trained_seed(m["trial_dir"], settings) for m in models))
+
+
+def _trained_seed(trial_dir: str, selection_settings: dict) -> int | None:
+  """The seed a reference model trained with: its trial_spec.json's run seed (the seed that
+  trial ran with), else the selection job's --seed."""
+  path = storage.join(trial_dir, "trial_spec.json")
+  seed = None
+  if storage.exists(path):
+    try:
+      seed = json.loads(storage.read_text(path))["trial"]["run"]["seed"]
+    except (ValueError, KeyError, TypeError):
+      seed = None
+  if seed is None:
+    seed = ((selection_settings.get("trial") or {}).get("run") or {}).get("seed")
+  return seed if isinstance(seed, int) and not isinstance(seed, bool) else None
+
+
+def proxy_seeds(reference: Reference, seed: int | None) -> list[int]:
+  """The seed each model's proxy trainings use: `seed` (--seed) for all, or by default its
+  reference training's seed + 1. Never a model's reference seed: the proxy's scores would share
+  that training's noise (its initialization, its data order), which inflates their tau exactly
+  where the noise is as large as the differences between the models."""
+  own = [0 if s is None else s for s in reference.seeds] or [0] * len(reference.models)
+  if seed is None:
+    return [s + 1 for s in own]
+  if seed in own:
+    raise NascliError(f"--seed {seed} is the seed the reference models trained with: proxy and"
+                      " reference would share their training noise; give another, or leave"
+                      " --seed out (each reference model's seed + 1)")
+  return [seed] * len(own)
 
 
 def _absolute(path: str) -> str:
   return path if storage.is_gcs(path) else os.path.abspath(path)
 
 
-def job_settings(settings: ProxySearchSettings, reference: Reference, seed: int) -> dict:
+def job_settings(settings: ProxySearchSettings, reference: Reference, seeds: list[int]) -> dict:
   """What defines a proxy job (JOB_DIR/proxy_search_settings.json): the reference it is
-  measured against, the proxies' seed and, mutable, the grid and the targets."""
+  measured against, the proxies' seeds (one number when they are one) and, mutable, the grid
+  and the targets."""
   return {
       "model_selection_dir": _absolute(settings.model_selection_dir),
       "reference_models": [m["trial_id"] for m in reference.models],
-      "seed": seed,
+      "seed": seeds[0] if len(set(seeds)) == 1 else list(seeds),
       "train_steps": settings.train_steps,
       "image_sizes": settings.image_sizes,
       "train_data_fractions": settings.train_data_fractions,
@@ -195,10 +231,12 @@ def check_job(job_dir: str, settings: dict, overwrite: bool) -> None:
 
 
 def candidate_args(base, job_dir: str, reference: Reference, candidate: proxy_search.Candidate,
-                   dnas: list[list[int | float]]):
-  """The search job of one candidate: the reference models under its proxy."""
+                   dnas: list[list[int | float]], seeds: list[int] | None = None):
+  """The search job of one candidate: the reference models under its proxy, model i trained
+  with seeds[i] (proxy_seeds)."""
   n = len(dnas)
-  run = dataclasses.replace(reference.trial.run, seed=base.seed, proxy=ProxySettings(
+  seeds = list(seeds) if seeds is not None else [base.seed] * n
+  run = dataclasses.replace(reference.trial.run, seed=seeds[0], proxy=ProxySettings(
       train_steps=candidate.train_steps, image_size=candidate.image_size,
       train_data_fraction=candidate.train_data_fraction))
   trial = dataclasses.replace(reference.trial, run=run, validation_curve_points=CURVE_POINTS,
@@ -206,7 +244,7 @@ def candidate_args(base, job_dir: str, reference: Reference, candidate: proxy_se
   return dataclasses.replace(
       base, job_dir=storage.join(job_dir, CANDIDATES_DIR, candidate.name),
       search_space=reference.search_space, search_space_module=reference.search_space_module,
-      search_algorithm="fixed", algorithm_options={"dnas": dnas, "seeds": [base.seed] * n},
+      search_algorithm="fixed", algorithm_options={"dnas": dnas, "seeds": seeds},
       max_nas_trial=n, overwrite=False,  # --overwrite deleted the whole job once (check_job)
       # Past this many failures no tau can be computed (a 0.7 valid ratio).
       max_failed_nas_trial=n - math.ceil(0.7 * n), export_top_k=0, objectives=None,
@@ -214,8 +252,10 @@ def candidate_args(base, job_dir: str, reference: Reference, candidate: proxy_se
 
 
 def evaluate_candidate(rows: list[dict], state: Any, reference: Reference,
-                       candidate: proxy_search.Candidate, targets: proxy_search.Targets) -> dict:
-  """The candidate's trials, in the models' order, against the reference."""
+                       candidate: proxy_search.Candidate, targets: proxy_search.Targets,
+                       seed: int = 0) -> dict:
+  """The candidate's trials, in the models' order, against the reference (`seed`: the
+  bootstrap's)."""
   by_trial = {r["trial_id"]: r for r in rows}
   ordered = [by_trial.get(t) for t in sorted(state.proposals, key=int)]
   ordered += [None] * (len(reference.models) - len(ordered))
@@ -235,7 +275,7 @@ def evaluate_candidate(rows: list[dict], state: Any, reference: Reference,
               for r in ordered],
       seconds_per_step=[None if r is None else trial_curves.seconds_per_step(r["trial_dir"])
                         for r in ordered],
-      train_steps=candidate.train_steps, targets=targets)
+      train_steps=candidate.train_steps, targets=targets, seed=seed)
 
 
 def proxy_yaml(trial_dir: str, candidate: proxy_search.Candidate) -> str:
@@ -311,7 +351,8 @@ def run(base, settings: ProxySearchSettings,
   candidates, left_out = proxy_search.without_reference(
       proxy_search.candidates(steps, sizes, fractions, reference.image_size),
       reference.train_steps, reference.image_size)
-  check_job(base.job_dir, job_settings(settings, reference, base.seed), base.overwrite)
+  seeds = proxy_seeds(reference, settings.seed)
+  check_job(base.job_dir, job_settings(settings, reference, seeds), base.overwrite)
   names_left_out = tuple(c.name for c in left_out)
   for name in names_left_out:
     progress(f"candidate {name} left out: it is the reference training itself, not a proxy")
@@ -333,19 +374,20 @@ def run(base, settings: ProxySearchSettings,
     if skip:
       results.append(dict(entry, status="skipped", reason=skip, accuracy_correlation=None,
                           latency_correlation=None, median_accuracy=None, cost_hours=None,
-                          over_steps=[], first_step_meeting_correlation=None))
+                          over_steps=[], correlation_holds_from_step=None))
       progress(f"candidate {number}/{len(candidates)} {candidate.name}: skipped ({skip})")
       continue
     progress(f"candidate {number}/{len(candidates)} {candidate.name}: training"
              f" {len(dnas)} reference models")
-    args = candidate_args(base, base.job_dir, reference, candidate, dnas)
+    args = candidate_args(base, base.job_dir, reference, candidate, dnas, seeds)
     try:
       local_main.run(args, None, make_executor() if make_executor else None)
       stopped = None
     except TrialsFailedError as e:  # the candidate fails, the search goes on; any other error
       stopped = f"its trainings failed ({e})"  # of its search job is the command's
     rows, state = jobs.job_rows(args.job_dir, "--local_output_dir")
-    result = dict(entry, **evaluate_candidate(rows, state, reference, candidate, targets))
+    result = dict(entry, **evaluate_candidate(rows, state, reference, candidate, targets,
+                                              seed=seeds[0]))
     if stopped:
       result.update(status="failed", reason=f"{stopped}; {result['reason']}"
                     if result["status"] == "failed" else stopped)
@@ -361,31 +403,37 @@ def run(base, settings: ProxySearchSettings,
     if result["status"] == "succeeded" and (best is None
                                             or relative < best["relative_cost"]):
       best = result
-    _write_state(base.job_dir, settings, reference, results, best, left_out=names_left_out)
+    _write_state(base.job_dir, settings, reference, results, best, left_out=names_left_out,
+                 seeds=seeds)
   return _write_state(base.job_dir, settings, reference, results, best, final=True,
-                      left_out=names_left_out)
+                      left_out=names_left_out, seeds=seeds)
 
 
 def rungs_from(candidate: dict) -> dict | None:
-  """Early stopping the chosen proxy's curves support: its models, evaluated along training,
-  rank as the reference does (tau at the target) from `first_step_meeting_correlation` on, so
-  rungs from that step rank as well as the whole proxy; None when only its end does."""
-  step = candidate.get("first_step_meeting_correlation")
-  if step is None or math.ceil(step) >= candidate["train_steps"]:
+  """Early stopping the chosen proxy's curves support: from `correlation_holds_from_step`, an
+  evaluated step, on to the end, its models rank as the reference does (tau's lower end at the
+  target at every evaluated step), so rungs from there rank as well as the whole proxy; None
+  when only its end does."""
+  step = candidate.get("correlation_holds_from_step")
+  if step is None or step >= candidate["train_steps"]:
     return None
-  return {"early_stopping": "asha_promotions", "min_steps": math.ceil(step)}
+  return {"early_stopping": "asha_promotions", "min_steps": int(step)}
 
 
 def _write_state(job_dir: str, settings: ProxySearchSettings, reference: Reference,
                  results: list[dict], best: dict | None, final: bool = False,
-                 left_out: tuple[str, ...] = ()) -> dict:
+                 left_out: tuple[str, ...] = (), seeds: list[int] | None = None) -> dict:
   state = {
       "job_dir": job_dir,
       "model_selection_dir": settings.model_selection_dir,
       "accuracy_metric": reference.accuracy_metric,
       "reference": {"train_steps": reference.train_steps, "image_size": reference.image_size,
                     "seconds_per_step": reference.seconds_per_step,
-                    "models": len(reference.models), "warnings": list(reference.warnings)},
+                    "models": len(reference.models), "warnings": list(reference.warnings),
+                    "seeds": list(reference.seeds)},
+      # Each model's proxy trainings' seed (never its reference seed); the bootstrap's is the
+      # first.
+      "proxy_seeds": seeds,
       "targets": dataclasses.asdict(settings.targets),
       "candidates": results,
       # Grid points that are the reference training itself: not proxies, never trained.

@@ -95,26 +95,38 @@ def proxy_search_page(job_dir: str) -> Page:
       layout['shapes'] = [{'type': 'line', 'xref': 'paper', 'x0': 0, 'x1': 1, 'y0': desired,
                            'y1': desired, 'line': {'color': '#d62728', 'dash': 'dash'}}]
     figures.append({'id': 'proxy-cost', 'data': data, 'layout': layout})
-  over = [{'type': 'scatter', 'mode': 'lines+markers', 'name': c['name'],
-           'x': [p['step'] for p in c.get('over_steps') or []],
-           'y': [p['tau'] for p in c.get('over_steps') or []],
-           'hoverinfo': 'x+y+name'} for c in trained if c.get('over_steps')]
+  over = []
+  for c in trained:
+    points = c.get('over_steps') or []
+    if not points:
+      continue
+    over.append({'type': 'scatter', 'mode': 'lines+markers', 'name': c['name'],
+                 'x': [p['step'] for p in points], 'y': [p['tau'] for p in points],
+                 'hoverinfo': 'x+y+name'})
+    if any(p.get('low') is not None for p in points):
+      over.append({'type': 'scatter', 'mode': 'lines', 'name': f'{c["name"]} (interval\'s'
+                   ' lower end)', 'x': [p['step'] for p in points],
+                   'y': [p.get('low') for p in points], 'line': {'dash': 'dot'},
+                   'hoverinfo': 'x+y+name'})
   if over:
-    figures.append({'id': 'proxy-over-steps', 'data': over,
-                    'layout': {'title': {'text': 'Accuracy tau along training'},
-                               'xaxis': {'title': {'text': 'step'}},
-                               'yaxis': {'title': {'text': "Kendall's tau"}},
-                               'hovermode': 'closest'}})
+    over_layout = {'title': {'text': 'Accuracy tau along training (dotted: the lower end of'
+                                     ' its 90% interval)'},
+                   'xaxis': {'title': {'text': 'step'}},
+                   'yaxis': {'title': {'text': "Kendall's tau"}}, 'hovermode': 'closest'}
+    figures.append({'id': 'proxy-over-steps', 'data': over, 'layout': over_layout})
   page.heading('Correlation against cost', 'Each trained candidate\'s Kendall tau with the'
-               ' reference models\' ranking; the dashed line is --desired_accuracy_correlation;'
-               ' the star is the chosen proxy.')
+               ' reference models\' ranking (on the validation split; proxies trained with'
+               ' other seeds than the reference); the dashed line is'
+               ' --desired_accuracy_correlation, which the lower end of tau\'s 90% bootstrap'
+               ' interval must reach; the star is the chosen proxy.')
   if figures:
     page.plots(*figures)
   else:
     page.text('No candidate trained yet.')
   columns = [Column('candidate', numeric=False), Column('steps'), Column('image size'),
              Column('data fraction'), Column('relative cost'), Column('cost h'),
-             Column('accuracy tau'), Column('p'), Column('latency tau'),
+             Column('accuracy tau'), Column('90% interval', numeric=False), Column('p'),
+             Column('latency tau'),
              Column('median accuracy'), Column('status', numeric=False),
              Column('reason', numeric=False), Column('job', numeric=False)]
   rows = []
@@ -123,9 +135,12 @@ def proxy_search_page(job_dir: str) -> Page:
     link = (storage.join(c['job_dir'], 'report.html') if storage.is_gcs(job_dir)
             else f'candidates/{c["name"]}/report.html')
     numbers = (c.get('train_steps'), c.get('image_size'), c.get('train_data_fraction'),
-               c.get('relative_cost'), c.get('cost_hours'), acc.get('tau'), acc.get('p_value'),
-               lat.get('tau'), c.get('median_accuracy'))
+               c.get('relative_cost'), c.get('cost_hours'), acc.get('tau'))
+    interval = acc.get('interval')
+    shown = f'{_fmt(interval[0])} to {_fmt(interval[1])}' if interval else '-'
     rows.append([Cell(c['name'], c['name'])] + [Cell(_fmt(v), finite(v)) for v in numbers] + [
+        Cell(shown, shown)] + [Cell(_fmt(v), finite(v)) for v in (
+            acc.get('p_value'), lat.get('tau'), c.get('median_accuracy'))] + [
         Cell(c.get('status', ''), c.get('status', '')),
         Cell(c.get('reason') or '', c.get('reason') or ''),
         Cell('report' if c.get('status') not in (None, 'skipped') else '-', '',
