@@ -142,10 +142,10 @@ import os, signal, sys
 from nascli import app
 from nascli.search import scheduler
 next_job = scheduler.AshaPromotions.next_job
-def dies_at(self, reports, promoted, running, train_steps, finishing=False):
+def dies_at(self, reports, promoted, running, train_steps, finishing=False, **options):
   if len(reports) == int(os.environ['KILL_AT_REPORTS']):
     os.kill(os.getpid(), signal.SIGKILL)
-  return next_job(self, reports, promoted, running, train_steps, finishing)
+  return next_job(self, reports, promoted, running, train_steps, finishing, **options)
 scheduler.AshaPromotions.next_job = dies_at
 sys.argv[0] = 'nascli'
 app.run()

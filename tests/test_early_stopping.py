@@ -4,6 +4,7 @@ stopped trials, the controller's feedback for them, and one real ASHA search kil
 report and its decision, then resumed.
 """
 
+import dataclasses
 import glob
 import json
 import os
@@ -595,3 +596,198 @@ def test_auto_resolves_to_promotions_only_where_rungs_can_rank():
   assert settings == SchedulerSettings() and '--objectives' in why
   asha = SchedulerSettings('asha', min_steps=10)
   assert resolve(asha, 100, 44) == (asha, None)
+
+
+# --------------------------------------------------------------------------- few trials
+
+
+def test_auto_needs_eta_to_the_rungs_trials_so_that_not_one_trial_alone_trains_fully():
+  """`auto` with --min_steps (as search_proxy_task recommends) and the default 4 trials: rungs
+  at 34 and 100 steps with eta 3 would train 4 // 3 = 1 trial fully and judge 3 at the first
+  rung; auto needs 3**2 = 9 trials for that ladder, 3**3 = 27 for three rungs."""
+  resolve = scheduler_lib.resolve
+  given = SchedulerSettings('auto', min_steps=34)
+  settings, why = resolve(given, 100, 10, max_trials=4)
+  assert settings == SchedulerSettings()
+  assert why == ('early stopping (auto): none (--max_nas_trial 4: rungs at 34, 100 steps with'
+                 ' --reduction_factor 3 need at least 9 trials to train 3 to the full budget;'
+                 ' with 4, successive halving would train 1 fully and judge the rest at rungs whose'
+                 ' ranking is rough; --early_stopping asha_promotions forces rungs)')
+  assert resolve(given, 100, 10, max_trials=8)[0].name == 'none'
+  assert resolve(given, 100, 10, max_trials=9)[0] == SchedulerSettings('asha_promotions', 34)
+  auto = SchedulerSettings('auto')  # rungs 90/270/810, 2 epochs first
+  assert resolve(auto, 810, 45, max_trials=26)[0].name == 'none'
+  assert resolve(auto, 810, 45, max_trials=27)[0] == SchedulerSettings('asha_promotions')
+  # The epochs rule still speaks first; the trial count is not checked when not given.
+  assert 'under 2 epochs' in resolve(auto, 810, 46, max_trials=100)[1]
+  assert resolve(auto, 810, 45)[0].name == 'asha_promotions'
+  assert [scheduler_lib.trials_needed(r, 3) for r in (2, 3)] == [9, 27]
+  assert scheduler_lib.trials_needed(2, 2) == 4
+
+
+def _promotions_run(max_trials, eta, num_rungs, reward, tell=True):
+  """A serial asha_promotions search (one worker) on a ladder of `num_rungs` rungs, through
+  AshaPromotions.next_job told --max_nas_trial (`tell`) or not: {trial: highest rung}."""
+  # pylint: disable=g-import-not-at-top
+  from nascli.search import promotion
+  scheduler = scheduler_lib.make(SchedulerSettings('asha_promotions', 10, eta))
+  train_steps = 10 * eta**(num_rungs - 1)
+  reports, promoted, highest, seq = [], set(), {}, 0
+  while True:
+    finishing = len(highest) >= max_trials
+    job = scheduler.next_job(reports, promoted, set(), train_steps, finishing,
+                             max_trials=max_trials if tell else None)
+    if job.action == promotion.PROMOTE:
+      promoted.add((job.trial_id, job.rung - 1))
+      trial, rung = job.trial_id, job.rung
+    elif not finishing:
+      trial, rung = str(len(highest) + 1), 0
+    else:
+      return highest
+    seq += 1
+    reports.append(Report(trial, rung, 10 * eta**rung, reward(trial, rung), seq))
+    highest[trial] = rung
+
+
+def _full(highest, num_rungs):
+  return sorted(t for t, rung in highest.items() if rung == num_rungs - 1)
+
+
+def test_a_forced_ladder_with_too_few_trials_trains_eta_fully_and_warns():
+  """--early_stopping asha_promotions --min_steps 34 (rungs at 34 and 100 steps) with the
+  default 4 trials: before, promotions trained 1 trial fully (2 when a later one outranked it)
+  and stopped the rest at the first rung; now, once every trial is proposed, the top eta of
+  each rung go on, so 3 are trained fully, and one warning line says how many trials the ladder
+  needs and what happens. With enough trials nothing changes."""
+  best_first = lambda t, r: 1 - int(t) * 0.1 + r
+  worst_first = lambda t, r: int(t) * 0.1 + r
+  for reward in (best_first, worst_first):
+    assert len(_full(_promotions_run(4, 3, 2, reward), 2)) == 3
+    assert len(_full(_promotions_run(4, 3, 3, reward), 3)) == 3  # rungs 10, 30, 90
+  assert _full(_promotions_run(4, 3, 2, best_first, tell=False), 2) == ['1']  # the old way
+  assert _full(_promotions_run(2, 3, 2, best_first), 2) == ['1', '2']  # all, when fewer
+  # Enough trials (9 for 2 rungs): the top third of each rung, as before.
+  for reward in (best_first, worst_first):
+    assert (_promotions_run(9, 3, 2, reward) == _promotions_run(9, 3, 2, reward, tell=False))
+  assert _full(_promotions_run(9, 3, 2, best_first), 2) == ['1', '2', '3']
+  forced = SchedulerSettings('asha_promotions', min_steps=34)
+  assert scheduler_lib.few_trials(forced, 100, 4) == (
+      'warning: --early_stopping asha_promotions with --max_nas_trial 4: its ladder of 2 rungs'
+      ' (--reduction_factor 3) needs at least 9 trials to train 3 to the full budget; with 4,'
+      ' asha_promotions trains at least 3 of them to the full budget once every trial is'
+      ' proposed (the top 3 of each rung go on) and stops at most 1 at rungs of 34 steps'
+      ' (--early_stopping none trains every trial fully)')
+  assert scheduler_lib.few_trials(forced, 100, 9) is None
+  asha = SchedulerSettings('asha', min_steps=10, reduction_factor=2)  # rungs 10, 20, 40
+  assert scheduler_lib.few_trials(asha, 40, 3).endswith(
+      'needs at least 8 trials to train 2 to the full budget; with 3, each rung judges a trial'
+      ' against at most 2 other result(s) (--early_stopping none trains every trial fully)')
+  assert scheduler_lib.few_trials(SchedulerSettings('auto', min_steps=34), 100, 4) is None
+  assert scheduler_lib.few_trials(SchedulerSettings(), 100, 4) is None
+
+
+def test_a_resumed_auto_search_keeps_the_choice_its_journal_recorded(tmp_path):
+  """--max_nas_trial may change on resume; auto's choice, which depends on it, may not: the
+  journal's `early_stopping` event stands, either way."""
+  # pylint: disable=g-import-not-at-top
+  from nascli.search import search_loop
+  job = tmp_path / 'job'
+  args = search_loop.SearchArgs(job_dir=str(job), max_nas_trial=30,
+                                scheduler=SchedulerSettings('auto', min_steps=34))
+  chosen, why = scheduler_lib.resolve(args.scheduler, 100, 10, max_trials=30)
+  assert chosen.name == 'asha_promotions'
+  as_journaled = search_loop._as_journaled  # pylint: disable=protected-access
+  assert as_journaled(args, chosen, why) == (chosen, why)  # no journal yet
+  journal = Journal.in_dir(job)
+  with journal.open_for_writing():
+    journal.append({'event': 'search_started', 'settings': {}, 'fingerprint': 'f'})
+    journal.append({'event': 'early_stopping', 'name': 'none', 'why': 'began with 4 trials'})
+  assert as_journaled(args, chosen, why) == (SchedulerSettings(), 'began with 4 trials')
+  assert as_journaled(dataclasses.replace(args, overwrite=True), chosen, why) == (chosen, why)
+  other = tmp_path / 'other'
+  journal = Journal.in_dir(other)
+  with journal.open_for_writing():
+    journal.append({'event': 'search_started', 'settings': {}, 'fingerprint': 'f'})
+    journal.append({'event': 'early_stopping', 'name': 'asha_promotions', 'why': 'began'})
+  args = dataclasses.replace(args, job_dir=str(other), max_nas_trial=4)
+  none, why = scheduler_lib.resolve(args.scheduler, 100, 10, max_trials=4)
+  assert none.name == 'none'
+  assert as_journaled(args, none, why) == (
+      SchedulerSettings('asha_promotions', min_steps=34), 'began')
+  # A scheduler named by the user is no choice of auto's: nothing to keep.
+  named = SchedulerSettings('asha', min_steps=34)
+  assert as_journaled(dataclasses.replace(args, scheduler=named), named, None) == (named, None)
+
+
+# --------------------------------------------------------------------------- feedback
+
+
+def test_stop_rules_feed_every_trial_its_rung_0_reward_as_it_reports(tmp_path):
+  """ASHA (eta 2, rungs at 10 and 20 steps): trial 1 reports 0.5 at rung 0 (first: goes on),
+  trial 2 0.4 (below the cutoff: stopped). The controller gets 0.5 and 0.4 as they are
+  reported, marked `feedback` on the rung events (what a rebuilt controller replays), and
+  nothing more at trial 2's `stopped`: rewards at one budget. (Before, trial 1 fed nothing at
+  its report and trial 2 its last rung's reward at `stopped`, beside completed trials' full
+  rewards.)"""
+  # pylint: disable=g-import-not-at-top
+  from nascli.search import search_loop
+  from nascli.search import workspace
+  from tf_vision import job_status
+  job = tmp_path / 'job'
+  journal = Journal.in_dir(job)
+  with journal.open_for_writing():
+    journal.append({'event': 'search_started', 'settings': SETTINGS, 'fingerprint': 'f'})
+    for t in '12':
+      journal.append({'event': 'proposed', 'trial_id': t, 'dna': [int(t)], 'nas_params': ARCH})
+      journal.append({'event': 'started', 'trial_id': t, 'attempt': 1, 'rung': 0})
+    loop = search_loop.SearchLoop.__new__(search_loop.SearchLoop)  # no frameworks, no workers
+    loop.args = search_loop.SearchArgs(job_dir=str(job), scheduler=SchedulerSettings(
+        'asha', min_steps=10, reduction_factor=2))
+    loop.scheduler = scheduler_lib.make(loop.args.scheduler)
+    loop.journal, loop.work_dir, loop.metric = journal, str(job), 'accuracy'
+    loop.workspace = workspace.for_job_dir(str(job))
+    loop._resync()  # pylint: disable=protected-access
+    ctl = _Controller()
+    for trial, reward, promoted in (('1', 0.5, True), ('2', 0.4, False)):
+      job_status.write(str(job / trial), 'paused', step=10, reward=reward, rung=0, final=False)
+      run = search_loop._Running(trial, None, None, 0.0)  # pylint: disable=protected-access
+      analysis = {'rung': 0, 'step': 10, 'reward': reward, 'resumed_from': 0}
+      assert loop._rung_reported(run, analysis, ctl) is promoted  # pylint: disable=protected-access
+  assert ctl.feedbacks == [((1,), 0.5), ((2,), 0.4)]
+  events = journal.events()
+  assert [(e['trial_id'], e['reward']) for e in events
+          if e['event'] == 'rung' and e.get('feedback')] == [('1', 0.5), ('2', 0.4)]
+  assert [e['event'] for e in events[-4:]] == ['rung', 'promoted', 'rung', 'stopped']
+
+
+def test_auto_with_min_steps_and_too_few_trials_trains_every_trial_fully(tmp_path_factory):
+  """The real search: `--min_steps 10 --reduction_factor 2` (rungs at 10 and 20 steps, as a
+  search_proxy_task recommendation gives) with 3 trials, under the default `auto`. The ladder
+  needs 2**2 = 4 trials, so auto chooses none: every trial trains its 20 steps and the
+  controller gets each one's full reward (before, auto chose asha_promotions: one trial trained
+  fully, two stopped at step 10). Resumed with --max_nas_trial 4, enough for the ladder, the
+  job keeps the none its journal recorded: the 4th trial trains fully too. About 2 minutes on
+  one core (two driver start-ups, four 20-step trials)."""
+  cache = str(tmp_path_factory.mktemp('nascli_cache'))
+  job = tmp_path_factory.mktemp('auto_few') / 'job'
+  flags = ['search_in_local', '--prebuilt_search_space', 'mnasnet', '--local_output_dir',
+           str(job), '--seed', '3', '--min_steps', '10', '--reduction_factor', '2',
+           '--export_top_k', '0', '--search_docker_flags', f'params_override={SHORT}']
+  env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL='3', NASCLI_CACHE_DIR=cache)
+  for trials in ('3', '4'):
+    run = subprocess.run([sys.executable, '-m', 'nascli', *flags, '--max_nas_trial', trials],
+                         env=env, capture_output=True, text=True, timeout=600, check=False)
+    assert run.returncode == 0, run.stderr[-2000:]
+    if trials == '3':
+      assert ('early stopping (auto): none (--max_nas_trial 3: rungs at 10, 20 steps with'
+              ' --reduction_factor 2 need at least 4 trials to train 2 to the full budget;'
+              ' with 3, successive halving would train 1 fully') in run.stderr
+  events = journal_events(job)
+  assert [(e['name']) for e in events if e['event'] == 'early_stopping'] == ['none']
+  assert not [e for e in events if e['event'] in ('rung', 'stopped', 'promoted')]
+  state = journal_lib.replay(events)
+  assert state.status == {t: 'completed' for t in '1234'}
+  # Each trial's full reward is what the controller is fed (Controller.rebuild: a `completed`
+  # event of a trial no rung report fed).
+  assert [e['trial_id'] for e in events if e['event'] == 'completed'] == list('1234')
+  assert all(isinstance(state.rewards[t], float) for t in '1234')

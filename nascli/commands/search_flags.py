@@ -137,7 +137,8 @@ ExportEveryTrial = Annotated[bool, typer.Option(
     *flag("export_every_trial"), help="Each trial exports its SavedModel as it ends.")]
 EarlyStopping = Annotated[str, typer.Option(
     *flag("early_stopping"), help="Stop weak trials early: auto (asha_promotions when a"
-    " first rung trains at least 2 epochs or --min_steps is given, else none), none, median"
+    " first rung trains at least 2 epochs or --min_steps is given, and --max_nas_trial is at"
+    " least --reduction_factor to the number of rungs; else none), none, median"
     " (Ray Tune's MedianStoppingRule), asha (asynchronous successive halving, Ray Tune's stop"
     " rule) or asha_promotions (the paper's promotion rule: trials pause at each rung, free"
     " workers promote the top 1/eta). Trials train in rungs of --min_steps *"

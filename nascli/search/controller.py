@@ -603,11 +603,12 @@ class Controller:
     the duplicates the first run's `propose_new` skipped) and each `completed` event, and
     each `stopped` one (early stopping: its last rung's reward), as feedback (its `reward`: a
     number, or a list of `num_objectives` numbers), except for a trial that got its feedback
-    from a `rung` event marked `feedback` (--early_stopping asha_promotions feeds every trial's
-    first-rung reward as it reports, so the rewards the algorithm compares were measured at the
-    same budget). An `over_target` event (--latency_model: the proposal was predicted over the
-    hard latency target and not trained) is fed back its penalty, as the first run told it
-    right after the proposal. `failed` events get no feedback, as in the first run. A
+    from a `rung` event marked `feedback` (with early stopping every trial's rung-0 reward is
+    fed as it reports, so the rewards the algorithm compares were measured at the same budget;
+    scheduler.py; journals written before that fed asha_promotions trials so, and stop-rule
+    trials at `stopped` / `completed`). An `over_target` event (--latency_model: the proposal
+    was predicted over the hard latency target and not trained) is fed back its penalty, as the
+    first run told it right after the proposal. `failed` events get no feedback, as in the first run. A
     `warm_start` event (`--warm_start_from`, journaled before the first proposal) seeds it
     first (`warm_start`).
 
@@ -626,7 +627,7 @@ class Controller:
       if kind == 'proposed':
         trial_dna[event['trial_id']] = ctl._replay_proposal(  # pylint: disable=protected-access
             event['trial_id'], dna_key(event['dna']))
-      elif kind == 'rung' and event.get('feedback'):  # asha_promotions: the rung-0 reward
+      elif kind == 'rung' and event.get('feedback'):  # early stopping: the rung-0 reward
         ctl.feedback(trial_dna[event['trial_id']], event['reward'])
         fed.add(event['trial_id'])
       elif kind in ('completed', 'stopped') and event['trial_id'] not in fed:

@@ -65,7 +65,7 @@ def rung_results(reports: Sequence[Report], rung: int) -> list[Report]:
 
 def next_job(reports: Sequence[Report], promoted: AbstractSet[tuple[str, int]],
              running: AbstractSet[str], reduction_factor: int, num_rungs: int,
-             finishing: bool = False) -> Job:
+             finishing: bool = False, finishing_top: int = 1) -> Job:
   """The job for a free worker: the paper's `get_job`.
 
   Args:
@@ -80,6 +80,10 @@ def next_job(reports: Sequence[Report], promoted: AbstractSet[tuple[str, int]],
       not end with no trial trained to the full budget (12 trials with eta 3 leave one result at
       the third rung, whose top third is empty); synchronous successive halving likewise always
       trains its last survivor to the end.
+    finishing_top: with `finishing`, a rung's promotable top is at least this many of its
+      results (all of them when fewer): scheduler.AshaPromotions passes eta when the search has
+      fewer trials than its ladder needs (scheduler.trials_needed), so that eta trials, not
+      one, reach the full budget.
 
   Returns:
     Job(PROMOTE, trial_id, k + 1) for the best unpromoted trial in the top 1/eta of the highest
@@ -98,7 +102,7 @@ def next_job(reports: Sequence[Report], promoted: AbstractSet[tuple[str, int]],
     results = rung_results(reports, rung)
     top = len(results) // reduction_factor
     if finishing and results:
-      top = max(top, 1)
+      top = max(top, min(max(finishing_top, 1), len(results)))
     for r in results[:top]:
       if math.isnan(r.reward) or r.trial_id in running:
         continue

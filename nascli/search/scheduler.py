@@ -17,13 +17,26 @@ report is judged against the reports journaled before it, never later ones. A se
 between a report and its decision makes that decision on resume (`owed`), from the same
 reports, so it is the decision the uninterrupted search made or would have made.
 
-A stopped trial is final (`stopped`, with its last rung's reward and metrics) and the
-controller gets that reward as its feedback, at the point the journal records `stopped`, as Ray
-Tune gives a searcher the last result of a trial its scheduler stopped: the algorithm learns
-that the architecture was weak instead of never hearing of it (pyglove's `Feedback.skip()`),
-which would keep regularized evolution on its random initial population longer. The reward is a
-partial-budget one, lower than a full trial's would be; for regularized evolution that only
-makes a stopped architecture an unlikely parent, which is what stopping it said.
+A stopped trial is final (`stopped`, with its last rung's reward and metrics).
+
+What the controller learns: every trial's rung-0 reward, fed once, as the trial reports it
+(the `rung` event is marked `feedback`; Controller.rebuild replays it there), under every
+scheduler. Rung 0 is the one budget every trial reaches, so the rewards the algorithm compares
+(evolution's tournaments, TPE's good/bad split, GP-BO's regression) were all measured after the
+same training. Feeding each trial its reward at the rung where its fate was decided (as this
+module did for the stop rules, and as Ray Tune gives a searcher a stopped trial's last result)
+puts a trial stopped at a third of the budget beside one trained fully: the gap is mostly the
+training the first never got, not its architecture. Feeding a trial again once it reaches a
+higher rung is not open: pyglove's `DNAGenerator.feedback` takes one reward per proposal
+(TPE tells its Optuna trial once; evolution adds a population member per feedback), and a
+second, higher-budget reward for the same architecture would again sit beside the others'
+rung-0 ones. So the full-budget reward of a trial trained to the end is journaled (`completed`),
+ranks the search's results and picks its exports, but is not fed to the controller; learning
+from rewards at several budgets needs a model per budget (BOHB), which no controller here has.
+No trial is hidden from the controller either: pyglove's `Feedback.skip()` would keep
+regularized evolution on its random initial population longer. (A journal written before
+this rule fed a stopped trial its last rung's reward at `stopped` and a completed one its full
+reward at `completed`; Controller.rebuild replays such a journal as it was written.)
 
 Why not pyglove's step-wise policies (`pg.early_stopping.StepWise`, `early_stop_by_rank`):
 they hold their gate histories inside a stateful policy fed `pg.tuning.Trial` objects, and
@@ -57,6 +70,8 @@ DEFAULT_REDUCTION_FACTOR = 3
 AUTO = 'auto'
 AUTO_MIN_FIRST_RUNG_EPOCHS = 2.0
 AUTO_CHOICE = 'asha_promotions'
+# ... and only when --max_nas_trial is at least eta ** (the ladder's rungs, the full budget
+# counted): `trials_needed`.
 # Median stopping judges a trial only once this many other trials reported at its rung.
 MEDIAN_MIN_SAMPLES = 3
 
@@ -76,15 +91,73 @@ class SchedulerSettings:
     return _SCHEDULERS[self.name].early_stopping if self.name in _SCHEDULERS else True
 
 
+def trials_needed(num_rungs: int, reduction_factor: int) -> int:
+  """The trials a ladder of `num_rungs` rungs (the full budget counted) needs: eta ** num_rungs.
+
+  Successive halving keeps the top 1/eta of a rung for the next, so n trials leave
+  n / eta ** (num_rungs - 1) at the full budget. eta ** (num_rungs - 1) trials would leave one:
+  the search's answer would then rest on a single lower-rung ranking, and a lower rung ranks
+  architectures only roughly (Kendall tau 0.58 against the full budget at a 2-epoch rung on the
+  digits bench, BENCHMARKS.md), so its best is often not the full budget's best. eta **
+  num_rungs trials leave eta at the full budget: the last rung is a comparison of eta full
+  rewards, as every rung below compares eta results per survivor. With the default 4 trials
+  and eta 3 no ladder qualifies (2 rungs need 9): 4 // 3 = 1 trial would be trained fully and
+  3 judged at a first rung of a third of the budget."""
+  return reduction_factor ** num_rungs
+
+
+def halving_survivors(max_trials: int, num_rungs: int, reduction_factor: int) -> int:
+  """How many of `max_trials` trials successive halving keeps to the full budget: the top
+  floor(n / eta) of each rung, and at least one."""
+  return max(1, max_trials // reduction_factor ** (num_rungs - 1))
+
+
+def fully_trained(max_trials: int, num_rungs: int, reduction_factor: int) -> int:
+  """The fewest of `max_trials` trials asha_promotions trains to the full budget: the top
+  floor(n / eta) of each rung go on, and once every trial is proposed at least the top eta of
+  a rung do when the trials are fewer than the ladder needs (`trials_needed`; else at least
+  its best: promotion.next_job's `finishing`, `finishing_top`). More when a later trial
+  outranks one promoted already (both go on)."""
+  if max_trials < trials_needed(num_rungs, reduction_factor):
+    return min(reduction_factor, max_trials)
+  return halving_survivors(max_trials, num_rungs, reduction_factor)
+
+
+def few_trials(settings: SchedulerSettings, train_steps: int, max_trials: int) -> str | None:
+  """The warning line for an early-stopping scheduler the user named whose ladder needs more
+  trials than --max_nas_trial (`trials_needed`), saying what happens; None when it has enough
+  (or trains no rungs). `auto` never gets here: it chooses none then."""
+  if settings.name == AUTO or not settings.early_stopping:
+    return None
+  eta = settings.reduction_factor
+  steps = rung_steps(settings.min_steps, eta, train_steps)
+  need = trials_needed(len(steps), eta)
+  if len(steps) < 2 or max_trials >= need:
+    return None
+  full = fully_trained(max_trials, len(steps), eta)
+  what = (f'asha_promotions trains at least {full} of them to the full budget once every trial'
+          f' is proposed (the top {eta} of each rung go on) and stops at most'
+          f' {max_trials - full} at rungs of {", ".join(str(x) for x in steps[:-1])} steps'
+          if settings.name == AUTO_CHOICE else
+          f'each rung judges a trial against at most {max_trials - 1} other result(s)')
+  return (f'warning: --early_stopping {settings.name} with --max_nas_trial {max_trials}: its'
+          f' ladder of {len(steps)} rungs (--reduction_factor {eta}) needs at least {need}'
+          f' trials to train {eta} to the full budget; with {max_trials}, {what}'
+          ' (--early_stopping none trains every trial fully)')
+
+
 def resolve(settings: SchedulerSettings, train_steps: int, steps_per_epoch: int | None,
-            multi_objective: bool = False) -> tuple[SchedulerSettings, str | None]:
+            multi_objective: bool = False, max_trials: int | None = None
+            ) -> tuple[SchedulerSettings, str | None]:
   """The scheduler a search runs with, and for `auto` the line that says why.
 
   `auto`: asha_promotions when the first rung (--min_steps, else train_steps / eta**2 rounded
   up) trains at least AUTO_MIN_FIRST_RUNG_EPOCHS epochs, or when --min_steps is given (the user
-  asked for rungs); none when the rungs would be shorter, when no rung comes before the end, or
-  with --objectives (early stopping ranks one scalar). A pure function of settings a resume may
-  not change, so a resumed search decides as it began.
+  asked for rungs), and `max_trials` (--max_nas_trial) is at least `trials_needed` for the
+  ladder; none when the rungs would be shorter, when no rung comes before the end, with fewer
+  trials than the ladder needs, or with --objectives (early stopping ranks one scalar).
+  `max_trials` None: not checked. --max_nas_trial may change on resume, so a resumed search
+  takes the choice its journal recorded (search_loop), not this function's.
   """
   if settings.name != AUTO:
     return settings, None
@@ -107,6 +180,14 @@ def resolve(settings: SchedulerSettings, train_steps: int, steps_per_epoch: int 
     return none, (f'early stopping (auto): none (a first rung would train {at}, under'
                   f' {AUTO_MIN_FIRST_RUNG_EPOCHS:g} epochs, too short to rank architectures;'
                   ' --early_stopping asha_promotions forces rungs)')
+  need = trials_needed(len(steps), eta)
+  if max_trials is not None and max_trials < need:
+    full = halving_survivors(max_trials, len(steps), eta)
+    return none, (f'early stopping (auto): none (--max_nas_trial {max_trials}: rungs at'
+                  f' {", ".join(str(x) for x in steps)} steps with --reduction_factor {eta}'
+                  f' need at least {need} trials to train {eta} to the full budget; with'
+                  f' {max_trials}, successive halving would train {full} fully and judge the'
+                  f' rest at rungs whose ranking is rough; --early_stopping asha_promotions forces rungs)')
   chosen = dataclasses.replace(settings, name=AUTO_CHOICE)
   return chosen, (f'early stopping (auto): {AUTO_CHOICE}, rungs at'
                   f' {", ".join(str(x) for x in steps)} steps (the first trains {at};'
@@ -301,7 +382,8 @@ class AshaPromotions(Scheduler):
   """Promotion-based ASHA (Li et al. 2020; nascli/search/promotion.py): a trial pauses at each
   rung it reports; a free worker promotes the best paused trial in the top 1/eta of its rung's
   results, else starts a new trial. Once no new trial may start, a rung's top is at least its
-  best result (so the best climbs to the full budget); when none can be promoted, the search
+  best result (so the best climbs to the full budget), or its top eta when --max_nas_trial is
+  below what the ladder needs (`trials_needed`; so eta climb there, not one); when none can be promoted, the search
   ends and the trials still paused are stopped at their last rung."""
 
   decides_at_report = False
@@ -310,12 +392,19 @@ class AshaPromotions(Scheduler):
     raise TypeError('asha_promotions decides when a worker is free (next_job), not at a report')
 
   def next_job(self, all_reports: Sequence[Report], promoted: AbstractSet[tuple[str, int]],
-               running: AbstractSet[str], train_steps: int, finishing: bool = False) -> Any:
-    """promotion.next_job on this search's ladder (`finishing`: no new trial may start)."""
+               running: AbstractSet[str], train_steps: int, finishing: bool = False,
+               max_trials: int | None = None) -> Any:
+    """promotion.next_job on this search's ladder (`finishing`: no new trial may start). With
+    fewer `max_trials` (--max_nas_trial) than the ladder needs (`trials_needed`), once every
+    trial is proposed the top eta of each rung are promotable, so that eta trials (all, when
+    fewer) reach the full budget instead of one: too few trials for the ladder make it stop
+    less, not rest the search's answer on one lower-rung ranking (`few_trials` warns)."""
     from nascli.search import promotion  # pylint: disable=g-import-not-at-top
     factor = self.settings.reduction_factor
     ladder = rung_steps(self.settings.min_steps, factor, train_steps)
-    return promotion.next_job(all_reports, promoted, running, factor, len(ladder), finishing)
+    few = max_trials is not None and max_trials < trials_needed(len(ladder), factor)
+    return promotion.next_job(all_reports, promoted, running, factor, len(ladder), finishing,
+                              finishing_top=factor if few else 1)
 
 
 # --------------------------------------------------------------------------- the journal

@@ -11,7 +11,8 @@ at trial 5. An attempt lost with its machine is journaled and retried, up to
 `failed` event itself, so no kill can fall between the two and win the trial one more attempt.
 With early stopping (`--early_stopping`, scheduler.py) an attempt trains to a rung and reports:
 the driver journals the report, then the scheduler's decision (promoted: the trial runs its
-next rung next; stopped: final, and the controller gets its last rung's reward).
+next rung next; stopped: final). The controller learns each trial's rung-0 reward, as it is
+reported, and no other (scheduler.py says why).
 
 With --latency_model (latency_gate.py) every proposal's latency is predicted right after it is
 journaled, and trials report that prediction instead of timing themselves; under a hard target
@@ -181,6 +182,7 @@ class SearchLoop:
 
   _auto_name: str | None = None  # what --early_stopping auto chose (None: not auto)
   _auto_note: str | None = None  # and why, said once the job's settings are accepted
+  _few_trials: str | None = None  # a named scheduler's warning: too few trials for its ladder
   _serving_size: int | None = None  # the latency input size the config gives (preflight)
   gate: latency_gate.Gate | None = None  # --latency_model
 
@@ -228,10 +230,15 @@ class SearchLoop:
         check.remove()
       settings, why = scheduler_lib.resolve(args.scheduler, checked["train_steps"],
                                             checked.get("steps_per_epoch"),
-                                            multi_objective=bool(args.objectives))
+                                            multi_objective=bool(args.objectives),
+                                            max_trials=args.max_nas_trial)
+      settings, why = _as_journaled(args, settings, why)
       # Said once the job's settings are accepted (_search): a refused command prints one line.
       self._auto_note = why
       self._auto_name = settings.name
+      # A scheduler the user named, with fewer trials than its ladder needs: one warning line.
+      self._few_trials = scheduler_lib.few_trials(settings, checked["train_steps"],
+                                                  args.max_nas_trial)
       self.scheduler = scheduler_lib.make(settings)
       check_budget(settings, checked["train_steps"])
       self.train_steps = checked["train_steps"]
@@ -468,8 +475,10 @@ class SearchLoop:
                    accuracy_metric=analysis.get("accuracy_metric", self.metric),
                    **self._rung_metrics(analysis))
     self.journal.check_writer()
-    # asha_promotions: the controller learns every trial's first-rung reward as it reports.
-    feedback = not self.scheduler.decides_at_report and analysis["rung"] == 0
+    # The controller learns every trial's first-rung reward as it reports, whatever the
+    # scheduler: the one budget every trial reaches, so the rewards it compares were measured
+    # alike (scheduler.py's module doc).
+    feedback = analysis["rung"] == 0
     self._append({"event": scheduler_lib.RUNG, "trial_id": run.trial_id,
                   "rung": analysis["rung"], "step": analysis["step"],
                   "reward": analysis["reward"], "metrics": metrics,
@@ -485,9 +494,10 @@ class SearchLoop:
 
   def _decided(self, report: scheduler_lib.Report, go_on: bool,
                ctl: controller_lib.Controller, reason: str | None = None) -> bool:
-    """Journals the scheduler's decision on a rung report; a stopped trial is final and the
-    controller gets its last rung's reward then (as Ray Tune gives a searcher a stopped
-    trial's last result), so a rebuilt controller replays it at the same place."""
+    """Journals the scheduler's decision on a rung report; a stopped trial is final. Its
+    controller feedback was its rung-0 report's; only a trial of a journal written before
+    that (no rung report marked `feedback`) gets its last rung's reward here, where a rebuilt
+    controller replays it."""
     if go_on:
       self._append({"event": scheduler_lib.PROMOTED, "trial_id": report.trial_id,
                     "rung": report.rung})
@@ -512,7 +522,7 @@ class SearchLoop:
       return None
     finishing = state.trained_count() >= self.args.max_nas_trial  # no new trial may start
     job = self.scheduler.next_job(self._reports, self._promoted, set(self._running),
-                                  self.train_steps, finishing)
+                                  self.train_steps, finishing, max_trials=self.args.max_nas_trial)
     if job.trial_id is None or state.status.get(job.trial_id) != journal_lib.PAUSED:
       return None
     self.journal.check_writer()
@@ -685,6 +695,8 @@ class SearchLoop:
                                        journal=self.journal, mutable_keys=MUTABLE)
     if self._auto_note:
       stderr.print(self._auto_note, highlight=False, markup=False)
+    if self._few_trials:
+      stderr.print(self._few_trials, highlight=False, markup=False)
     if self.gate is not None:
       stderr.print(f"latency model {self.gate.path}: {self.gate.model.describe()}",
                    highlight=False, markup=False)
@@ -916,6 +928,27 @@ def settle_auto(args: SearchArgs) -> None:
   if first.get("event") == "search_started" and isinstance(settings, dict) and (
       "scheduler" not in settings):
     args.scheduler = scheduler_lib.SchedulerSettings()
+
+
+def _as_journaled(args: SearchArgs, settings: scheduler_lib.SchedulerSettings,
+                  why: str | None) -> tuple[scheduler_lib.SchedulerSettings, str | None]:
+  """`--early_stopping auto` on resume: the scheduler the job's journal says auto chose when it
+  began (its `early_stopping` event), whatever `resolve` says now: --max_nas_trial, which
+  auto's choice depends on, may change between runs; the rungs may not."""
+  if why is None or args.overwrite:
+    return settings, why
+  journal = journal_lib.journal_for(args.job_dir)
+  try:
+    events = journal.events() if journal.exists() else []
+  except NascliError:
+    return settings, why  # damaged: the search itself says how
+  began = next((e for e in events if e.get("event") == "early_stopping"), None)
+  if began is None or began.get("name") == settings.name:
+    return settings, why
+  if began.get("name") == "none":
+    return scheduler_lib.SchedulerSettings(), began.get("why") or why
+  return (dataclasses.replace(args.scheduler, name=str(began["name"])),
+          began.get("why") or why)
 
 
 def finished_job(args: SearchArgs) -> journal_lib.JobState | None:
