@@ -12,6 +12,12 @@ decay over all the steps) and evaluated --points times along its training beside
 (`TrialSettings.validation_curve_points`: each trial's validation_curve.jsonl). The job is
 journaled and resumable: run the same command again after a kill. Then writes the curves JSON
 (`bench_schedulers.py --curves`), with the seconds per training step and the machine.
+
+`--run_seed S` trains the same architectures (the first --trials random search proposes with
+--seed) with run seed S instead (the internal `fixed` algorithm): a second recording of the
+same pool, for the seed-to-seed spread and as the curves of repeats (bench_schedulers.py pairs
+curves by architecture). Every curves file also records each curve's architecture (its DNA)
+and the trials' fixed costs (`overheads`: seconds to start a trial, per evaluation).
 """
 
 import argparse
@@ -35,6 +41,8 @@ def main() -> None:
   p.add_argument("--steps", type=int, default=810)
   p.add_argument("--points", type=int, default=27)
   p.add_argument("--seed", type=int, default=0)
+  p.add_argument("--run_seed", type=int, help="train --seed's architectures with this run"
+                 " seed (default: --seed)")
   p.add_argument("--dataset_dir", help="a convert-data folder (default: the space's embedded"
                  " data set)")
   p.add_argument("--config_file", help="the recipe (default: the space's testing YAML); its"
@@ -44,7 +52,8 @@ def main() -> None:
   p.add_argument("--job_dir")
   p.add_argument("--out")
   a = p.parse_args()
-  name = a.name or f"curves_{a.space}_{a.steps}"
+  name = a.name or f"curves_{a.space}_{a.steps}" + (
+      "" if a.run_seed is None else f"_seed{a.run_seed}")
   job_dir = a.job_dir or os.path.join(HERE, "results", name)
   out = a.out or os.path.join(HERE, "results", f"{name}.json")
   # pylint: disable=g-import-not-at-top
@@ -66,6 +75,14 @@ def main() -> None:
                                 search_algorithm="random", max_nas_trial=a.trials,
                                 export_top_k=0)
   args.trial.run.seed = a.seed
+  if a.run_seed is not None:
+    from nascli.search import controller  # the same proposals random search makes
+    from tf_vision.search_spaces import registry
+    proposer = controller.Controller(registry.resolve_search_space(a.space, None).build(),
+                                     "random", a.seed)
+    dnas = [list(proposer.propose_new(set())[0]) for _ in range(a.trials)]
+    args.search_algorithm = controller.FIXED
+    args.algorithm_options = {"dnas": dnas, "seeds": [a.run_seed] * len(dnas)}
   args.trial.validation_curve_points = a.points
   if a.dataset_dir:
     args.trial.run.data.dataset_dir = a.dataset_dir
@@ -79,7 +96,8 @@ def main() -> None:
                   f" {a.steps} steps, {a.config_file or 'the testing YAML'}'s recipe",
           "steps": curves.steps, "curves": curves.curves,
           "seconds_per_step": curves.seconds_per_step, "machine": host.machine(),
-          "wall_s": round(time.monotonic() - started, 1), "params_override": override}
+          "wall_s": round(time.monotonic() - started, 1), "params_override": override,
+          "architectures": curves.architectures, "overheads": curves.overheads}
   with open(out, "w", encoding="utf-8") as f:
     json.dump(data, f, indent=1)
   print(f"{len(curves.curves)} curves of {len(curves.steps)} points -> {out}")

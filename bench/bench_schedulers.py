@@ -2,12 +2,16 @@
 
     python bench/bench_schedulers.py --synthetic [--synthetic_seed 0] [--synthetic_archs 81]
         [--crossing 1.0]
-    python bench/bench_schedulers.py --curves CURVES.json
+    python bench/bench_schedulers.py --curves CURVES.json[,CURVES2.json]
     python bench/bench_schedulers.py --from_job JOB_DIR[,JOB_DIR...] [--metric TAG]
         [--save_curves CURVES.json]
     (all: [--seeds 20] [--workers 2] [--budget STEPS] [--horizon 3] [--min_steps N]
           [--reduction_factor 3] [--schedulers none,median,...] [--reference asha]
-          [--out bench/results/schedulers.json])
+          [--start_cost STEPS] [--resume_cost STEPS] [--eval_cost STEPS] [--repeat_noise STD]
+          [--accountings old,fresh_repeats,charged] [--out bench/results/schedulers.json])
+
+The curves of the scheduler table in BENCHMARKS.md ship as bench/data/scheduler_curves_*.json
+(recorded by bench_record_curves.py on this project's machine).
 
 `--seeds` is a count (0..N-1), a range `A-B` or a list `1,5,9`. numpy and scipy; Ray Tune and
 Optuna for their schedulers (`ray[default]` is in the ray and test extras, Optuna a dependency
@@ -32,11 +36,26 @@ anti-correlated with the final accuracy, so that curves cross and early rankings
 The simulation. `--workers` W workers, a discrete-event simulation in training steps (every
 architecture trains at the same speed; `seconds_per_step` goes into the JSON, to turn steps
 into training seconds). A new trial
-is the next architecture of the seed's arrival order: the sorted pool in a random permutation
-(numpy's default_rng(seed)), then another permutation when the pool is used up, the same order
-for every scheduler of a seed. A job trains one trial from its checkpoint to a rung's step and
-reports the curve's value there; its cost is the steps it trains (a paused or promoted trial
-resumes where it stopped: no step is trained twice, and no rebuild cost is counted). When a job
+is the next architecture of the seed's arrival order: the sorted pool of architectures in a
+random permutation (numpy's default_rng(seed)), then another permutation when the pool is used
+up, the same order for every scheduler of a seed. The k-th trial of an architecture reports
+its k-th recorded curve (the curves file's `architectures` maps curves of one architecture
+recorded with other run seeds to it); past its recordings it is a repeat: `old` accounting
+reports the recorded curve again (identical rewards; and every curve is its own architecture,
+as issue 26's bench had it), `fresh_repeats` and `charged` a new
+training's, the architecture's mean curve plus one recorded seed-to-seed residual (a recording
+less its architecture's mean, times sqrt(n/(n-1))) with a random sign, drawn by the seed and
+the trial's number (`--repeat_noise STD`: N(0, STD**2) at each rung instead). A job trains one
+trial from its checkpoint to a rung's step and reports the curve's value there; its cost is
+the steps it trains (a paused or promoted trial resumes where it stopped: no step is trained
+twice) and, in the `charged` accounting, the fixed costs in training-step units: a trial's
+start (`--start_cost`), a resume of a paused trial from its checkpoint (`--resume_cost`; not
+when the worker resuming it is the one that paused it last, which keeps it in memory, as
+nascli's --paused_trials_per_worker 1 does; a stop rule's trial that goes on trains on in the
+same job) and the evaluation each job ends with (`--eval_cost`). Their defaults: the curves'
+measured `overheads` (seconds) over `seconds_per_step`, else MEASURED_CHARGES. Every
+accounting in `--accountings` runs in one invocation, its own table; the budget of each is
+--budget, or 16 of none's whole trials as that accounting charges them. When a job
 ends the scheduler decides: the trial goes on to its next rung in the same worker, or the
 worker is free and asks the scheduler for its next job. Events at the same moment are handled
 in the order their jobs started. Every scheduler runs until `--horizon` times the budget is
@@ -107,6 +126,7 @@ machine.
 import abc
 import argparse
 import dataclasses
+import hashlib
 import heapq
 import json
 import math
@@ -130,6 +150,18 @@ DEFAULT_REFERENCE = 'asha'
 # ConcurrencyLimiter says otherwise; 200 with its BasicVariantGenerator). A NAS controller is a
 # searcher; the brackets fill in the same order either way.
 RAY_MAX_PENDING = 1
+# The fixed costs in training steps when the curves carry no measured `overheads`: this
+# machine's, from bench_record_curves.py's mnasnet recording (see BENCHMARKS.md).
+MEASURED_CHARGES_SOURCE = ('bench/data/scheduler_curves_mnasnet_810.json: mnasnet, testing YAML'
+                           ' at 810 steps, one core of the 2-core AMD EPYC VM, 2026-12-07')
+# --accountings: (charged, repeats, what it is).
+ACCOUNTINGS = {
+    'old': (False, 'exact', 'training steps only, a repeat of an architecture reports its'
+            ' recorded curve again (issue 26)'),
+    'fresh_repeats': (False, 'fresh', 'training steps only, a repeat is a new training with'
+                      ' its own noise'),
+    'charged': (True, 'fresh', 'the fixed costs charged too, repeats fresh (issue 47)'),
+}
 
 
 # ------------------------------------------------------------------------------- the curves
@@ -142,6 +174,12 @@ class Curves:
   steps: list[int]
   curves: dict[str, list[float]]
   seconds_per_step: float | None = None
+  # curve key -> its architecture's id: curves of one architecture recorded with other run
+  # seeds (None: every curve its own architecture).
+  architectures: dict[str, str] | None = None
+  # The trials' fixed costs in seconds, measured with the curves: {"start_s": ..., "eval_s":
+  # ..., "resume_s": ...} (bench_record_curves.py writes start_s and eval_s).
+  overheads: dict[str, float] | None = None
 
   def __post_init__(self):
     if not self.steps or any(b <= a for a, b in zip(self.steps, self.steps[1:])):
@@ -160,16 +198,41 @@ class Curves:
     out = {'task': self.task, 'steps': self.steps, 'curves': self.curves}
     if self.seconds_per_step is not None:
       out['seconds_per_step'] = self.seconds_per_step
+    if self.architectures is not None:
+      out['architectures'] = self.architectures
+    if self.overheads is not None:
+      out['overheads'] = self.overheads
     return out
+
+  def arch(self, key: str) -> str:
+    return key if self.architectures is None else self.architectures.get(key, key)
 
 
 def load_curves(path: str) -> Curves:
-  """Reads a curves file; a bad one is a one-line SystemExit naming the file and the problem."""
+  """Reads a curves file (or several, comma-separated: recordings of one task on the same
+  steps, e.g. the same architectures with another run seed, merged); a bad one is a one-line
+  SystemExit naming the file and the problem."""
+  if ',' in path:
+    parts = [load_curves(p) for p in path.split(',')]
+    if any(c.steps != parts[0].steps for c in parts):
+      raise SystemExit(f'error: --curves {path}: the files record different steps')
+    curves, archs = {}, {}
+    for i, c in enumerate(parts):
+      for key, values in c.curves.items():
+        curves[f'{i}:{key}'], archs[f'{i}:{key}'] = values, c.arch(key)
+    spans = [c.seconds_per_step for c in parts if c.seconds_per_step]
+    overheads = [c.overheads for c in parts if c.overheads]
+    return Curves(task=' + '.join(dict.fromkeys(c.task for c in parts)), steps=parts[0].steps,
+                  curves=curves, architectures=archs,
+                  seconds_per_step=statistics.median(spans) if spans else None,
+                  overheads={k: statistics.median(o[k] for o in overheads if k in o)
+                             for k in {k for o in overheads for k in o}} if overheads else None)
   try:
     data = json.loads(Path(path).read_text())
     return Curves(task=str(data['task']), steps=[int(s) for s in data['steps']],
                   curves={str(k): [float(v) for v in vs] for k, vs in data['curves'].items()},
-                  seconds_per_step=data.get('seconds_per_step'))
+                  seconds_per_step=data.get('seconds_per_step'),
+                  architectures=data.get('architectures'), overheads=data.get('overheads'))
   except (OSError, ValueError, KeyError, TypeError) as e:
     problem = f'missing key {e}' if isinstance(e, KeyError) else str(e).splitlines()[0]
     raise SystemExit(f'error: --curves {path}: {problem}') from None
@@ -225,10 +288,32 @@ def read_validation_curve(validation_dir: Path, tag: str) -> dict[int, float]:
   return {step: v for step, (_, v) in sorted(seen.items())}
 
 
+def evaluations_during_training_s(trial: Path) -> float | None:
+  """Seconds of a trial's evaluations during training (validation_curve_points): at each
+  evaluated step below the last, the validation summary's wall time less the train summary's
+  of that step. None without both event files."""
+  if not (list(trial.glob('train/events.out.tfevents.*'))
+          and list(trial.glob('validation/events.out.tfevents.*'))):
+    return None
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  tf.get_logger().setLevel('ERROR')
+  first: dict[str, dict[int, float]] = {'train': {}, 'validation': {}}
+  for folder, seen in first.items():
+    for path in sorted(trial.glob(f'{folder}/events.out.tfevents.*')):
+      for event in tf.compat.v1.train.summary_iterator(str(path)):
+        if event.summary.value:
+          seen.setdefault(int(event.step), event.wall_time)
+  last = max(first['train'], default=0)
+  return sum(v - first['train'][s] for s, v in first['validation'].items()
+             if s in first['train'] and s < last and v >= first['train'][s])
+
+
 def curves_from_jobs(job_dirs: Sequence[str], metric: str | None = None) -> Curves:
   """Curves of the trials of nascli search job dirs (see the module docstring)."""
   raw: dict[str, dict[int, float]] = {}
+  archs: dict[str, str] = {}
   per_step_s: list[float] = []
+  costs: dict[str, list[float]] = {'start_s': [], 'eval_s': [], 'resume_s': []}
   for job_dir in job_dirs:
     job = Path(job_dir)
     if not job.is_dir():
@@ -250,10 +335,30 @@ def curves_from_jobs(job_dirs: Sequence[str], metric: str | None = None) -> Curv
         continue
       if curve:
         raw[f'{job.name}/{trial.name}'] = curve
+      arch_file = trial / 'nas_params_str.json'
+      if arch_file.is_file():  # the architecture: the same in another job with another seed
+        text = json.dumps(json.loads(arch_file.read_text()), sort_keys=True)
+        archs[f'{job.name}/{trial.name}'] = hashlib.sha256(text.encode()).hexdigest()[:12]
       timing, step = analysis.get('timing') or {}, analysis.get('step')
       trained = (step or 0) - (analysis.get('resumed_from') or 0)
       if timing.get('train_steps_s') and trained > 0:
         per_step_s.append(timing['train_steps_s'] / trained)
+      # The fixed costs. An evaluation: eval_s, the final evaluation's seconds. A start: the
+      # trial's fixed_overhead_s (its wall time less the steps and the final evaluation:
+      # process or worker start, config, build, tracing, checkpoints, latency, analysis) less
+      # the curve's evaluations during training (a search trial evaluates at its rungs only,
+      # charged apart). A resume from a checkpoint: train_overhead_s less those evaluations
+      # (config, build, tracing, checkpoints again; no latency or analysis).
+      eval_s = timing.get('eval_s')
+      if eval_s:
+        during = evaluations_during_training_s(trial)  # from the event files' wall times
+        if during is None:  # without them: each as long as the final one
+          during = ((len(curve) - 1) if recorded is not None else 0) * eval_s
+        costs['eval_s'].append(eval_s)
+        if timing.get('fixed_overhead_s') is not None:
+          costs['start_s'].append(max(0.0, timing['fixed_overhead_s'] - during))
+        if timing.get('train_overhead_s') is not None:
+          costs['resume_s'].append(max(0.0, timing['train_overhead_s'] - during))
   if not raw:
     raise SystemExit(f'error: --from_job {",".join(job_dirs)}: no trial folder with'
                      ' model_analysis.json and validation event files')
@@ -266,8 +371,11 @@ def curves_from_jobs(job_dirs: Sequence[str], metric: str | None = None) -> Curv
   curves = {k: [float(np.interp(s, list(c), list(c.values()))) for s in steps]
             for k, c in complete.items()}
   names = ','.join(Path(j).name for j in job_dirs)
+  overheads = {k: round(statistics.median(v), 3) for k, v in costs.items() if v} or None
   return Curves(task=f'nascli jobs {names}', steps=steps, curves=curves,
-                seconds_per_step=statistics.median(per_step_s) if per_step_s else None)
+                seconds_per_step=statistics.median(per_step_s) if per_step_s else None,
+                architectures={k: archs[k] for k in curves if k in archs} or None,
+                overheads=overheads)
 
 
 # ---------------------------------------------------------------------------- the simulator
@@ -586,6 +694,86 @@ class OptunaHyperband(OptunaPolicy):
         reduction_factor=self.ladder.reduction_factor, bootstrap_count=0)
 
 
+@dataclasses.dataclass(frozen=True)
+class Charges:
+  """Fixed costs charged in training steps besides the steps trained: a trial's start (process
+  or warm worker, build, tracing, latency, analysis), a resume of a paused trial in a job of
+  its own (rebuild and checkpoint restore), an evaluation (every job ends with one: every
+  report at a rung). A stop rule that lets a trial go on trains on in the same job: no resume;
+  nor does a paused trial resumed by the worker that paused it last (kept in its memory)."""
+  start: float = 0.0
+  resume: float = 0.0
+  evaluation: float = 0.0
+
+  def any(self) -> bool:
+    return bool(self.start or self.resume or self.evaluation)
+
+
+# 3.87 s, 2.64 s and 1.39 s at 0.1485 s per step (MEASURED_CHARGES_SOURCE).
+MEASURED_CHARGES = Charges(start=26.1, resume=17.8, evaluation=9.4)
+
+
+class Pool:
+  """What a trial of an architecture reports at each rung. The k-th trial of an architecture
+  in a seed's arrivals gets its k-th recorded curve (recordings with other run seeds); past
+  the recordings, `repeats` says: 'exact' (the old accounting: every curve its own
+  architecture, the recorded curve again at each repeat, the same reward each time) or 'fresh'
+  (a new training: the architecture's mean recorded curve
+  plus a noise curve drawn from the measured seed-to-seed residuals, with a random sign, or,
+  without any, N(0, `noise`**2) at each rung; seeded by the seed and the trial's number, so
+  every scheduler's n-th trial draws the same)."""
+
+  def __init__(self, curves: Curves, ladder: Ladder, repeats: str = 'exact',
+               noise: float | None = None):
+    if repeats not in ('exact', 'fresh'):
+      raise ValueError(f'repeats must be exact or fresh, got {repeats!r}')
+    self.repeats, self.noise = repeats, noise
+    self.recordings: dict[str, list[np.ndarray]] = {}
+    for key in sorted(curves.curves):
+      arch = key if repeats == 'exact' else curves.arch(key)
+      self.recordings.setdefault(arch, []).append(
+          np.asarray([curves.reward(key, s) for s in ladder.steps]))
+    self.archs = sorted(self.recordings)
+    self.mean = {a: np.mean(r, axis=0) for a, r in self.recordings.items()}
+    self.residuals = seed_residuals(self.recordings)
+    if repeats == 'fresh' and not self.residuals and noise is None:
+      raise ValueError('repeats as fresh trainings need the seed-to-seed spread: curves of one'
+                       ' architecture with two run seeds, or --repeat_noise')
+
+  def rewards(self, arch: str, occurrence: int, seed: int, trial: int) -> np.ndarray:
+    recorded = self.recordings[arch]
+    if occurrence < len(recorded) or self.repeats == 'exact':
+      return recorded[occurrence % len(recorded)]
+    rng = np.random.default_rng([seed, trial, 7919])
+    if self.noise is not None or not self.residuals:
+      shift = rng.normal(0.0, self.noise or 0.0, len(self.mean[arch]))
+    else:
+      shift = self.residuals[rng.integers(len(self.residuals))] * rng.choice([-1.0, 1.0])
+    return np.clip(self.mean[arch] + shift, 0.0, 1.0)
+
+
+def seed_residuals(recordings: dict[str, list[np.ndarray]]) -> list[np.ndarray]:
+  """Each recording's deviation from its architecture's mean, scaled by sqrt(n / (n - 1)) to
+  one training's spread, for architectures recorded with n >= 2 run seeds."""
+  out = []
+  for runs in recordings.values():
+    if len(runs) >= 2:
+      mean, scale = np.mean(runs, axis=0), math.sqrt(len(runs) / (len(runs) - 1))
+      out.extend((r - mean) * scale for r in runs)
+  return out
+
+
+def seed_spread(curves: Curves, ladder: Ladder) -> list[float] | None:
+  """The pooled seed-to-seed std at each rung (architectures recorded with >= 2 run seeds)."""
+  pool = Pool(curves, ladder, 'fresh', noise=0.0)
+  groups = [r for r in pool.recordings.values() if len(r) >= 2]
+  if not groups:
+    return None
+  ss = sum(((np.asarray(r) - np.mean(r, axis=0)) ** 2).sum(axis=0) for r in groups)
+  dof = sum(len(r) - 1 for r in groups)
+  return [round(float(v), 5) for v in np.sqrt(ss / dof)]
+
+
 @dataclasses.dataclass
 class Run:
   """One scheduler's simulated search on one seed."""
@@ -595,15 +783,28 @@ class Run:
   completed_trials: list[str]  # their ids, in that order
   reports: int
   spent: float
+  resumed: list[float] = dataclasses.field(default_factory=list)  # when each resume started
+  evaluated: list[float] = dataclasses.field(default_factory=list)  # when each job began
+  charges: Charges = Charges()
+
+  def charged_by(self, compute: float) -> dict[str, float]:
+    """Starts, resumes and evaluations begun before `compute`, and the steps they cost."""
+    starts, resumes = self.trials_by(compute)[0], sum(c < compute - 1e-6 for c in self.resumed)
+    evaluations = sum(c < compute - 1e-6 for c in self.evaluated)
+    return {'starts': starts, 'resumes': resumes, 'evaluations': evaluations,
+            'steps': starts * self.charges.start + resumes * self.charges.resume
+                     + evaluations * self.charges.evaluation}
 
   def trials_by(self, compute: float) -> tuple[int, int]:
-    """(started before, completed by) `compute`."""
-    return (sum(c < compute for c in self.started), sum(c <= compute for c in self.completed))
+    """(started before, completed by) `compute` (charges in tenths of steps add up to it
+    with float error: within 1e-6 of it is at it)."""
+    return (sum(c < compute - 1e-6 for c in self.started),
+            sum(c <= compute + 1e-6 for c in self.completed))
 
   def best_at(self, compute: float) -> float | None:
     best = None
     for spent, reward in self.incumbent:
-      if spent > compute:
+      if spent > compute + 1e-6:
         break
       best = reward
     return best
@@ -613,19 +814,25 @@ class Run:
 
 
 def simulate(name: str, curves: Curves, ladder: Ladder, seed: int, workers: int,
-             horizon: float) -> Run:
-  """Runs scheduler `name` on `workers` workers until `horizon` steps are spent."""
-  arrivals, trials = Arrivals(list(curves.curves), seed), []
-  rewards: dict[str, list[float]] = {}
+             horizon: float, charges: Charges = Charges(), repeats: str = 'exact',
+             noise: float | None = None, pool: Pool | None = None) -> Run:
+  """Runs scheduler `name` on `workers` workers until `horizon` compute (training steps and
+  the `charges`) is spent; a trial's rewards from the `pool` (made with `repeats`, `noise`)."""
+  pool = pool or Pool(curves, ladder, repeats, noise)
+  arrivals, trials = Arrivals(pool.archs, seed), []
+  rewards: dict[str, np.ndarray] = {}
+  seen: dict[str, int] = {}
 
   def new_trial() -> Trial:
-    trials.append(Trial(str(len(trials) + 1), arrivals[len(trials)]))
-    return trials[-1]
+    trial = Trial(str(len(trials) + 1), arrivals[len(trials)])
+    trials.append(trial)
+    occurrence = seen.get(trial.arch, 0)  # the arch's k-th trial in this seed's arrivals
+    seen[trial.arch] = occurrence + 1
+    rewards[trial.trial_id] = pool.rewards(trial.arch, occurrence, seed, len(trials))
+    return trial
 
   def reward(trial: Trial, rung: int) -> float:
-    if trial.arch not in rewards:
-      rewards[trial.arch] = [curves.reward(trial.arch, s) for s in ladder.steps]
-    return rewards[trial.arch][rung]
+    return float(rewards[trial.trial_id][rung])
 
   policy = POLICIES[name](ladder, new_trial, seed)
   events: list[tuple[float, int, Trial, int]] = []  # (end, job number, trial, rung)
@@ -635,20 +842,35 @@ def simulate(name: str, curves: Curves, ladder: Ladder, seed: int, workers: int,
   def spent_by(now: float) -> float:
     return done + sum(min(now, e) - started[j] for e, j, _, _ in events)
 
-  def start(trial: Trial, rung: int, now: float) -> None:
+  resumed, evaluated = [], []
+
+  worker_of: dict[int, int] = {}  # job number -> its worker
+  last_job: dict[int, str] = {}  # worker -> the trial its last job trained (kept in memory)
+
+  def start(trial: Trial, rung: int, now: float, worker: int, goes_on: bool = False) -> None:
     nonlocal jobs
-    if trial.step == 0:
-      begun.append(spent_by(now))
+    spent_now = spent_by(now)
     cost = ladder.steps[rung] - trial.step
     if cost <= 0:
       raise RuntimeError(f'{name}: trial {trial.trial_id} at step {trial.step} sent to rung'
                          f' {rung} (step {ladder.steps[rung]})')
+    if trial.step == 0:
+      begun.append(spent_now)
+      cost += charges.start
+    elif not goes_on and last_job.get(worker) != trial.trial_id:
+      # A paused trial resumed from its checkpoint (nascli keeps the worker's last paused
+      # trial in memory, --paused_trials_per_worker 1: resuming that one costs nothing).
+      resumed.append(spent_now)
+      cost += charges.resume
+    evaluated.append(spent_now)
+    cost += charges.evaluation  # the job ends with an evaluation at its rung
     jobs += 1
+    worker_of[jobs], last_job[worker] = worker, trial.trial_id
     started[jobs] = now
     heapq.heappush(events, (now + cost, jobs, trial, rung))
 
-  for _ in range(workers):
-    start(*policy.assign(), 0.0)
+  for worker in range(workers):
+    start(*policy.assign(), 0.0, worker)
   incumbent, completed, completed_trials, reports, best = [], [], [], 0, -math.inf
   while events:
     end, job, trial, rung = events[0]
@@ -666,12 +888,14 @@ def simulate(name: str, curves: Curves, ladder: Ladder, seed: int, workers: int,
       if value > best:  # NaN never is
         best = value
         incumbent.append((spent, value))
+    worker = worker_of.pop(job)
     if policy.report(trial, rung, value):
-      start(trial, rung + 1, end)
+      start(trial, rung + 1, end, worker, goes_on=True)
     else:
-      start(*policy.assign(), end)
+      start(*policy.assign(), end, worker)
   return Run(incumbent, begun, completed, completed_trials, reports,
-             min(horizon, done + sum(e - started[j] for e, j, _, _ in events)))
+             min(horizon, done + sum(e - started[j] for e, j, _, _ in events)), resumed,
+             evaluated, charges)
 
 
 # ------------------------------------------------------------------------------ the benchmark
@@ -703,7 +927,8 @@ def rank_correlations(curves: Curves, ladder: Ladder) -> list[float | None]:
 
 def benchmark(curves: Curves, schedulers: Sequence[str], seeds: Sequence[int], workers: int,
               budget: float, horizon: float, ladder: Ladder, reference: str,
-              progress: Callable[[str], None] = lambda line: None, tolerance: float = 0.0
+              progress: Callable[[str], None] = lambda line: None, tolerance: float = 0.0,
+              charges: Charges = Charges(), repeats: str = 'exact', noise: float | None = None
               ) -> dict[str, Any]:
   """Every scheduler on every seed; per seed and summary numbers (the module docstring)."""
   if 'none' not in schedulers:
@@ -711,8 +936,10 @@ def benchmark(curves: Curves, schedulers: Sequence[str], seeds: Sequence[int], w
   if reference not in schedulers:
     raise ValueError(f'--reference {reference} is not among the schedulers run')
   per_seed: dict[str, list[dict[str, Any]]] = {name: [] for name in schedulers}
+  pool = Pool(curves, ladder, repeats, noise)
+  sim = dict(charges=charges, pool=pool)
   for seed in seeds:
-    none = simulate('none', curves, ladder, seed, workers, horizon * budget)
+    none = simulate('none', curves, ladder, seed, workers, horizon * budget, **sim)
     target = none.best_at(budget)
     if target is None:
       raise ValueError(f'seed {seed}: no trial of `none` ended with a finite reward within the'
@@ -721,7 +948,7 @@ def benchmark(curves: Curves, schedulers: Sequence[str], seeds: Sequence[int], w
     none_to = none.compute_to(target)
     for name in schedulers:
       run = none if name == 'none' else simulate(name, curves, ladder, seed, workers,
-                                                 horizon * budget)
+                                                 horizon * budget, **sim)
       to = run.compute_to(target)
       per_seed[name].append({
           'seed': seed, 'target': target, 'compute_to_target': to,
@@ -729,6 +956,9 @@ def benchmark(curves: Curves, schedulers: Sequence[str], seeds: Sequence[int], w
           'ratio_to_none_compute': (to if to is not None else horizon * budget) / none_to,
           'best_at_budget': run.best_at(budget), 'trials': run.trials_by(budget)[0],
           'completed': run.trials_by(budget)[1], 'reports': run.reports, 'spent': run.spent,
+          'charged_in_budget': run.charged_by(budget),
+          'repeats_started': sum(1 for t in range(run.trials_by(budget)[0])
+                                 if t >= len(pool.archs)),
           'incumbent': [[round(c, 3), r] for c, r in run.incumbent]})
     progress(f'seed {seed}: ' + ', '.join(
         f'{n} {per_seed[n][-1]["ratio_to_none_budget"]:.2f}x' for n in schedulers))
@@ -759,18 +989,21 @@ def benchmark(curves: Curves, schedulers: Sequence[str], seeds: Sequence[int], w
                 [a - r for a, r in zip(steps, ref_steps)])},
         'trials': statistics.fmean(r['trials'] for r in rows),
         'completed': statistics.fmean(r['completed'] for r in rows),
+        'charged_in_budget': {k: statistics.fmean(r['charged_in_budget'][k] for r in rows)
+                              for k in ('starts', 'resumes', 'evaluations', 'steps')},
     }
   return {'summary': summary, 'per_seed': per_seed}
 
 
-def markdown(result: dict[str, Any], reference: str, seeds: int) -> str:
+def markdown(result: dict[str, Any], reference: str, seeds: int, budget: float = 1.0) -> str:
   """The side-by-side table."""
   head = ('| scheduler | (a) steps to none\'s best | reached | ÷ none\'s budget |'
           f' ÷ none\'s steps to it | (a) W / T / L vs {reference}, p |'
           ' (b) best at equal compute |'
           f' (b) − {reference} | W / T / L vs {reference} | Wilcoxon p |'
-          ' trials started / completed in the budget |')
-  lines = [head, '|' + '---|' * 11]
+          ' trials started / completed in the budget |'
+          ' fixed costs charged in the budget: starts / resumes / evaluations = steps (share) |')
+  lines = [head, '|' + '---|' * 12]
   for name, s in result['summary'].items():
     (c, c_sd), (rb, rb_sd) = s['compute_to_target'], s['ratio_to_none_budget']
     (rc, rc_sd), (b, b_sd) = s['ratio_to_none_compute'], s['best_at_budget']
@@ -778,6 +1011,7 @@ def markdown(result: dict[str, Any], reference: str, seeds: int) -> str:
     p = vs['wilcoxon_p']
     va = s['compute_vs_reference']
     pa = '—' if va['wilcoxon_p'] is None else f'{va["wilcoxon_p"]:.3g}'
+    ch = s['charged_in_budget']
     lower = '≥ ' if s['reached'] < seeds else ''
     lines.append(
         f'| {name} | {lower}{c:,.0f} ± {c_sd:,.0f} | {s["reached"]}/{seeds} |'
@@ -789,7 +1023,9 @@ def markdown(result: dict[str, Any], reference: str, seeds: int) -> str:
            f' {vs["diff"][0]:+.4f} ± {vs["diff"][1]:.4f} |'
            f' {vs["wins"]} / {vs["ties"]} / {vs["losses"]} |'
            f' {"—" if p is None else f"{p:.3g}"} |')
-        + f' {s["trials"]:.1f} / {s["completed"]:.1f} |')
+        + f' {s["trials"]:.1f} / {s["completed"]:.1f} |'
+        + (f' {ch["starts"]:.1f} / {ch["resumes"]:.1f} / {ch["evaluations"]:.1f}'
+           f' = {ch["steps"]:,.0f} ({ch["steps"] / budget:.0%}) |'))
   return '\n'.join(lines)
 
 
@@ -828,8 +1064,43 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
   parser.add_argument('--tolerance', type=float, default=0.0,
                       help='(a) counts none\'s best minus this as reached (e.g. the run-to-run'
                       ' spread)')
+  parser.add_argument('--start_cost', type=float, help='steps charged per trial start (default:'
+                      " the curves' measured overheads.start_s / seconds_per_step, else"
+                      f' {MEASURED_CHARGES.start:g})')
+  parser.add_argument('--resume_cost', type=float, help='steps charged per resume from a'
+                      " checkpoint (default: overheads.resume_s / seconds_per_step, else"
+                      f' {MEASURED_CHARGES.resume:g})')
+  parser.add_argument('--eval_cost', type=float, help='steps charged per evaluation (default:'
+                      ' overheads.eval_s / seconds_per_step, else'
+                      f' {MEASURED_CHARGES.evaluation:g})')
+  parser.add_argument('--repeat_noise', type=float, help='repeats as fresh trainings: the std'
+                      ' of their noise at every rung (default: the measured seed-to-seed'
+                      ' residuals of the curves recorded with two run seeds)')
+  parser.add_argument('--accountings', default=','.join(ACCOUNTINGS),
+                      help='run under these accountings, side by side: ' + '; '.join(
+                          f'{k}: {v[2]}' for k, v in ACCOUNTINGS.items()))
   parser.add_argument('--out', default=str(ROOT / 'bench' / 'results' / 'schedulers.json'))
   return parser.parse_args(argv)
+
+
+def charges_for(curves: Curves, args: argparse.Namespace) -> tuple[Charges, str]:
+  """The charges in steps, and where they come from (a line for the output)."""
+  measured = curves.overheads or {}
+  per_step = curves.seconds_per_step
+  def pick(flag: float | None, key: str, default: float) -> tuple[float, str]:
+    if flag is not None:
+      return flag, 'given'
+    if key in measured and per_step:
+      return round(measured[key] / per_step, 1), f'{measured[key]:g} s measured'
+    return default, f'MEASURED_CHARGES ({MEASURED_CHARGES_SOURCE})'
+  (start, s1), (resume, s2), (evaluation, s3) = (
+      pick(args.start_cost, 'start_s', MEASURED_CHARGES.start),
+      pick(args.resume_cost, 'resume_s', MEASURED_CHARGES.resume),
+      pick(args.eval_cost, 'eval_s', MEASURED_CHARGES.evaluation))
+  line = (f'charged: a trial start {start:g} steps ({s1}), a resume from a checkpoint'
+          f' {resume:g} steps ({s2}), an evaluation {evaluation:g} steps ({s3})'
+          + (f', at {per_step:.4g} s per training step' if per_step else ''))
+  return Charges(start, resume, evaluation), line
 
 
 def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
@@ -858,21 +1129,51 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
   if len(ladder.steps) < 2:
     raise SystemExit(f'error: --min_steps {args.min_steps}: no rung below the last step'
                      f' {curves.steps[-1]}')
-  budget = args.budget or DEFAULT_BUDGET_TRAININGS * curves.steps[-1]
-  if budget < args.workers * curves.steps[-1]:
-    raise SystemExit(f'error: --budget {budget:g}: below {args.workers} full trainings'
+  accountings = args.accountings.split(',')
+  if not accountings or any(a not in ACCOUNTINGS for a in accountings):
+    raise SystemExit(f'error: --accountings {args.accountings}: known {", ".join(ACCOUNTINGS)}')
+  charges, charges_line = charges_for(curves, args)
+  if args.budget and args.budget < args.workers * curves.steps[-1]:
+    raise SystemExit(f'error: --budget {args.budget:g}: below {args.workers} full trainings'
                      f' ({args.workers} x {curves.steps[-1]} steps), none would complete one')
   seeds = _seeds(args.seeds)
   taus = rank_correlations(curves, ladder)
-  print(f'{curves.task}: {len(curves.curves)} curves, rungs at {list(ladder.steps)} steps'
+  pool = Pool(curves, ladder, 'fresh', noise=0.0)
+  spread = seed_spread(curves, ladder)
+  noise = args.repeat_noise
+  if noise is None and spread is None and args.synthetic:
+    noise = 0.004 * args.crossing  # the generator's own evaluation noise
+  print(f'{curves.task}: {len(curves.curves)} curves of {len(pool.archs)} architectures'
+        f' ({sum(len(r) > 1 for r in pool.recordings.values())} recorded with two or more run'
+        f' seeds: seed-to-seed std at each rung {spread}), rungs at {list(ladder.steps)} steps'
         f' (eta {ladder.reduction_factor}), Kendall tau of each rung against the last: {taus};'
-        f' {args.workers} workers, budget {budget:,.0f} steps'
-        f' ({budget / curves.steps[-1]:g} full trainings), {len(seeds)} seeds', flush=True)
-  result = benchmark(curves, schedulers, seeds, args.workers, budget, args.horizon, ladder,
-                     args.reference, progress=lambda line: print(line, flush=True),
-                     tolerance=args.tolerance)
-  table = markdown(result, args.reference, len(seeds))
-  print(table)
+        f' {args.workers} workers, {len(seeds)} seeds', flush=True)
+  print(charges_line, flush=True)
+  runs = {}
+  for name in accountings:
+    charged, repeats, what = ACCOUNTINGS[name]
+    cost = charges if charged else Charges()
+    # The budget: that many of none's whole trials, each charged as the accounting charges it.
+    budget = args.budget or DEFAULT_BUDGET_TRAININGS * (curves.steps[-1] + cost.start
+                                                        + cost.evaluation)
+    print(f'\n{name} ({what}): budget {budget:,.0f} steps'
+          f' ({DEFAULT_BUDGET_TRAININGS if not args.budget else budget / curves.steps[-1]:g}'
+          f' full trainings{" with their fixed costs" if cost.any() else ""}); charged per'
+          f' start / resume / evaluation: {cost.start:g} / {cost.resume:g} /'
+          f' {cost.evaluation:g} steps', flush=True)
+    try:
+      result = benchmark(curves, schedulers, seeds, args.workers, budget, args.horizon, ladder,
+                         args.reference, progress=lambda line: print(line, flush=True),
+                         tolerance=args.tolerance, charges=cost, repeats=repeats, noise=noise)
+    except ValueError as e:
+      raise SystemExit(f'error: --accountings {name}: {e}') from None
+    table = markdown(result, args.reference, len(seeds), budget)
+    print(table, flush=True)
+    runs[name] = {'what': what, 'charges': dataclasses.asdict(cost), 'repeats': repeats,
+                  'budget': budget, 'horizon': args.horizon * budget, 'table': table, **result}
+  primary = runs[accountings[-1]]
+  budget, table, result = primary['budget'], primary['table'], {
+      'summary': primary['summary'], 'per_seed': primary['per_seed']}
   sys.path.insert(0, str(ROOT / 'bench'))
   import host  # pylint: disable=g-import-not-at-top (bench/host.py)
   out = {'command': 'python bench/bench_schedulers.py ' + ' '.join(
@@ -883,7 +1184,10 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
          'reduction_factor': ladder.reduction_factor, 'kendall_tau_per_rung': taus,
          'workers': args.workers, 'budget': budget, 'horizon': args.horizon * budget,
          'seeds': seeds, 'reference': args.reference, 'tolerance': args.tolerance,
-         'table': table, **result}
+         'charges': dataclasses.asdict(charges), 'charges_line': charges_line,
+         'overheads_s': curves.overheads, 'seed_to_seed_std_per_rung': spread,
+         'repeat_noise': noise, 'accounting': accountings[-1],
+         'table': table, **result, 'accountings': runs}
   os.makedirs(Path(args.out).parent, exist_ok=True)
   Path(args.out).write_text(json.dumps(out, indent=1) + '\n')
   print(f'wrote {args.out}')

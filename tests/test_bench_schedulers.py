@@ -10,6 +10,7 @@ import math
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -120,11 +121,13 @@ def test_optuna_pruners_through_the_study_api_prune_and_replay(name):
 def test_main_prints_the_table_writes_json_and_reads_back_its_curves(tmp_path, capsys):
   saved, out = tmp_path / 'curves.json', tmp_path / 'result.json'
   args = ['--seeds', '3', '--schedulers', 'none,asha,asha_promotions', '--synthetic_archs',
-          '27', '--budget', str(8 * T)]
+          '27', '--budget', str(8 * T), '--repeat_noise', '0.004']
   first = bench.main(['--synthetic', '--save_curves', str(saved), '--out', str(out), *args])
   printed = capsys.readouterr().out
   assert first['table'] in printed
   assert len(first['table'].splitlines()) == 2 + 3
+  assert list(first['accountings']) == ['old', 'fresh_repeats', 'charged']
+  assert all(run['table'] in printed for run in first['accountings'].values())
   written = json.loads(out.read_text())
   assert written['rungs'] == [90, 270, 810] and written['budget'] == 8 * T
   assert set(written['summary']) == {'none', 'asha', 'asha_promotions'}
@@ -194,3 +197,108 @@ def test_from_job_prefers_the_trials_validation_curve_file(tmp_path):
   assert curves.steps == [30, 60, 90]
   assert curves.curves == {'job/1': [0.5, 0.625, 0.75], 'job/2': [0.25, 0.5625, 0.875]}
   assert curves.seconds_per_step == pytest.approx(0.1)
+  assert curves.architectures is None and curves.overheads is None  # none recorded
+
+
+def test_charged_costs_are_spent_as_steps_and_a_scheduler_that_starts_more_pays_more():
+  curves = bench.synthetic_curves(seed=5, num_archs=30)
+  charges = bench.Charges(start=90, resume=45, evaluation=10)
+  # none on one worker: each trial 810 steps + a start + one evaluation = 910.
+  run = bench.simulate('none', curves, LADDER, seed=0, workers=1, horizon=10 * 910,
+                       charges=charges)
+  assert run.completed == [910 * (i + 1) for i in range(10)]
+  assert run.charged_by(10 * 910) == {'starts': 10, 'resumes': 0, 'evaluations': 10,
+                                      'steps': 10 * 100}
+  free = bench.simulate('asha_promotions', curves, LADDER, 0, 2, 20 * T)
+  paid = bench.simulate('asha_promotions', curves, LADDER, 0, 2, 20 * T, charges=charges)
+  assert free.charged_by(20 * T)['steps'] == 0
+  spent = paid.charged_by(20 * T)
+  # It starts a trial for every two rung-0 jobs or so and resumes paused trials from their
+  # checkpoints (not the one its worker paused last: that one is in memory, free).
+  assert spent['starts'] > 20 and 0 < spent['resumes'] < spent['evaluations'] - spent['starts']
+  assert spent['steps'] == 90 * spent['starts'] + 45 * spent['resumes'] + 10 * spent['evaluations']
+  assert len(paid.started) < len(free.started) and len(paid.completed) < len(free.completed)
+
+
+def test_main_prints_the_charges_and_runs_old_and_new_accounting_side_by_side(tmp_path,
+                                                                               capsys):
+  out = tmp_path / 'result.json'
+  result = bench.main(['--synthetic', '--synthetic_archs', '27', '--seeds', '4', '--schedulers',
+                       'none,asha_promotions', '--reference', 'none', '--start_cost', '120',
+                       '--resume_cost', '60', '--eval_cost', '25', '--out', str(out)])
+  printed = capsys.readouterr().out
+  assert 'charged: a trial start 120 steps (given), a resume from a checkpoint 60 steps' \
+         ' (given), an evaluation 25 steps (given)' in printed
+  written = json.loads(out.read_text())
+  assert written['charges'] == {'start': 120, 'resume': 60, 'evaluation': 25}
+  old, new = written['accountings']['old'], written['accountings']['charged']
+  assert old['charges'] == {'start': 0, 'resume': 0, 'evaluation': 0}
+  assert old['budget'] == 16 * T and new['budget'] == 16 * (T + 120 + 25) == written['budget']
+  # The table shows what each scheduler was charged within the budget.
+  assert 'fixed costs charged in the budget' in new['table']
+  none, ours = new['summary']['none'], new['summary']['asha_promotions']
+  assert none['charged_in_budget']['starts'] == 16 and none['completed'] == 16
+  assert none['charged_in_budget']['steps'] == 16 * 145
+  assert f"{16 * 145:,} (" in new['table'].splitlines()[2]
+  # asha_promotions starts 3x as many trials: it pays 2x-3x what none pays, and starts fewer
+  # trials per step than without the charges.
+  assert ours['charged_in_budget']['steps'] > 2 * none['charged_in_budget']['steps']
+  assert (ours['trials'] / new['budget']) < (
+      written['accountings']['old']['summary']['asha_promotions']['trials'] / old['budget'])
+  assert result['table'] == new['table']
+
+
+def test_repeats_of_an_architecture_are_new_trainings_with_the_measured_seed_noise():
+  steps = list(LADDER.steps)
+  curves = bench.Curves('two seeds', steps, {
+      's0/1': [0.5, 0.7, 0.9], 's1/1': [0.6, 0.7, 0.8], 's0/2': [0.4, 0.6, 0.7]},
+      architectures={'s0/1': 'A', 's1/1': 'A', 's0/2': 'B'})
+  assert bench.seed_spread(curves, LADDER) == pytest.approx([0.07071, 0.0, 0.07071], abs=1e-5)
+  exact = bench.Pool(curves, LADDER, 'exact')
+  fresh = bench.Pool(curves, LADDER, 'fresh')
+  # The old accounting: every curve its own architecture, a repeat reports it again.
+  assert exact.archs == ['s0/1', 's0/2', 's1/1']
+  assert list(exact.rewards('s0/2', 1, 0, 3)) == [0.4, 0.6, 0.7]
+  # Fresh: the first two trials of A are its two recordings.
+  assert fresh.archs == ['A', 'B']
+  assert list(fresh.rewards('A', 0, 0, 1)) == [0.5, 0.7, 0.9]
+  assert list(fresh.rewards('A', 1, 0, 5)) == [0.6, 0.7, 0.8]
+  # B's second trial: B's curve with one of A's two residuals (+-0.05, 0, -+0.05 from A's
+  # mean, times sqrt(2): one training's spread), seeded by the seed and the trial.
+  draws = {tuple(np.round(fresh.rewards('B', 1, seed, 3), 6)) for seed in range(20)}
+  assert draws == {(0.329289, 0.6, 0.770711), (0.470711, 0.6, 0.629289)}
+  assert np.array_equal(fresh.rewards('B', 1, 4, 3), fresh.rewards('B', 1, 4, 3))
+  with pytest.raises(ValueError, match='seed-to-seed spread'):
+    bench.Pool(bench.Curves('one seed', steps, {'a': [0.1, 0.2, 0.3]}), LADDER, 'fresh')
+  # In a simulation the pool has no exact repeats past the recordings: none's 3rd trial (B
+  # again, or A a third time) reports a value of its own.
+  run = bench.simulate('none', curves, LADDER, seed=0, workers=1, horizon=6 * T,
+                       repeats='fresh')
+  assert len(run.completed) == 6
+
+
+def test_from_job_records_the_architectures_and_the_fixed_costs(tmp_path):
+  for job_name, seed_offset in (('s0', 0.0), ('s1', 0.125)):
+    for trial_id, arch in (('1', {'k': '3'}), ('2', {'k': '5'})):
+      folder = tmp_path / job_name / trial_id
+      folder.mkdir(parents=True)
+      (folder / 'nas_params_str.json').write_text(json.dumps(arch))
+      (folder / 'model_analysis.json').write_text(json.dumps(
+          {'accuracy_metric': 'accuracy', 'step': 90,
+           'timing': {'train_steps_s': 9.0, 'eval_s': 2.0, 'train_overhead_s': 4.0,
+                      'fixed_overhead_s': 7.0}}))
+      (folder / 'validation_curve.jsonl').write_text(
+          f'{{"step": 45, "accuracy": {0.25 + seed_offset}}}\n'
+          f'{{"step": 90, "accuracy": {0.5 + seed_offset}}}\n')
+  curves = bench.curves_from_jobs([str(tmp_path / 's0'), str(tmp_path / 's1')])
+  # eval_s is the final evaluation; the curve's other point (step 45) was one more, not a
+  # fixed cost of a trial: start 7 - 2, resume 4 - 2.
+  assert curves.overheads == {'start_s': 5.0, 'eval_s': 2.0, 'resume_s': 2.0}
+  assert curves.architectures['s0/1'] == curves.architectures['s1/1']
+  assert curves.architectures['s0/1'] != curves.architectures['s0/2']
+  saved = tmp_path / 'curves.json'
+  saved.write_text(json.dumps(curves.to_json()))
+  again = bench.load_curves(str(saved))
+  assert again.architectures == curves.architectures and again.overheads == curves.overheads
+  ladder = bench.Ladder.of(45, 2, 90)
+  assert bench.seed_spread(again, ladder) == pytest.approx([0.08839] * 2, abs=1e-5)
