@@ -31,12 +31,29 @@ def test_digits_pixels_labels_and_balance(run_convert):
   assert (out / "labels.txt").read_text() == "".join(f"{i}:{i}\n" for i in range(10))
   train = read_examples(out / "train-*")
   val = read_examples(out / "validation-*")
-  assert len(train) == info["splits"]["train"]["num_records"] == 1438
-  assert len(val) == 359
-  # Every source image appears exactly once across the two splits.
-  ids = sorted(int(r["image/source_id"][0]) for r in train + val)
+  test = read_examples(out / "test-*")
+  assert len(train) == info["splits"]["train"]["num_records"] == 1079
+  assert len(val) == len(test) == 359
+  # Every source image appears exactly once across the three splits, and no decoded image of
+  # the test split is in another (the search never sees it).
+  ids = sorted(int(r["image/source_id"][0]) for r in train + val + test)
   assert ids == list(range(1797))
-  for rec in train[:25] + val[:25]:
+  hashes = {name: {hash(decode_image(r["image/encoded"][0]).tobytes()) for r in records}
+            for name, records in (("train", train), ("validation", val), ("test", test))}
+  # Some digits scans are pixel-identical to each other; only those may repeat across splits.
+  pixels = datasets.load_digits().images.reshape(1797, -1)
+  repeats = len(pixels) - len(np.unique(pixels, axis=0))
+  assert len(hashes["test"] & (hashes["train"] | hashes["validation"])) <= repeats
+  # Stratified: each class holds 20% of its scans in validation and in test, within one.
+  labels = datasets.load_digits().target
+  for split, records in (("validation", val), ("test", test)):
+    for c in range(10):
+      got = sum(r["image/class/label"][0] == c for r in records)
+      assert abs(got - 359 * (labels == c).sum() / 1797) < 1, (split, c, got)
+    assert info["splits"][split]["origin"] == (
+        "carved from the 1,797 scans: stratified by class, seed 0")
+  assert info["splits"]["test"]["role"].startswith("final `nascli eval` only")
+  for rec in train[:25] + val[:25] + test[:10]:
     original = int(rec["image/source_id"][0])
     expected, label = _expected_digit(original, 16, 3)
     np.testing.assert_array_equal(decode_image(rec["image/encoded"][0]), expected)
@@ -56,7 +73,7 @@ def test_digits_pixels_labels_and_balance(run_convert):
         str(rec["image/class/label"][0]), 0) + 1
   assert info["splits"]["train"]["class_counts"] == dict(
       sorted(label_counts.items(), key=lambda kv: int(kv[0])))
-  assert info["splits"]["train"]["image_sizes"]["distinct"] == {"16x16": 1438}
+  assert info["splits"]["train"]["image_sizes"]["distinct"] == {"16x16": 1079}
   on_disk = json.loads((out / "dataset_info.json").read_text())
   assert on_disk["splits"] == info["splits"]
   assert not (out / ".nascli-convert-state.json").exists()
@@ -66,11 +83,11 @@ def test_one_channel_and_num_workers_and_drop_remainder(run_convert):
   info, _, out = run_convert("digits", image_size=8, channels=1, num_workers=3,
                              drop_remainder=True, num_shards=4)
   train = info["splits"]["train"]
-  # 4 shards raised to 6 so 3 workers get 2 files each; 1438 = 6*239 + 4 dropped.
+  # 4 shards raised to 6 so 3 workers get 2 files each; 1079 = 6*179 + 5 dropped.
   assert train["num_shards"] == 6
-  assert [s["num_records"] for s in train["shards"]] == [239] * 6
-  assert len(train["dropped"]) == 4
-  assert train["num_records"] == 1434
+  assert [s["num_records"] for s in train["shards"]] == [179] * 6
+  assert len(train["dropped"]) == 5
+  assert train["num_records"] == 1074
   rec = read_examples(out / "train-00000-of-00006.tfrecord")[0]
   assert decode_image(rec["image/encoded"][0]).shape == (8, 8, 1)
 

@@ -21,11 +21,16 @@ def _source(**options):
 def test_each_scan_is_drawn_three_times_on_one_side_of_the_split_only():
   source = _source()
   sizes = source.split_sizes()
-  assert sizes == {'train': 1438 * 3, 'validation': 359 * 3}  # digits' 80/20 split of 1,797
-  train = {int(source.record('train', i).source_id) for i in range(0, sizes['train'], 97)}
-  validation = {int(source.record('validation', i).source_id)
-                for i in range(sizes['validation'])}
-  assert not train & validation
+  # digits' stratified 60/20/20 split of 1,797 scans, each drawn 3 times.
+  assert sizes == {'train': 1079 * 3, 'validation': 359 * 3, 'test': 359 * 3}
+  scans = {split: {int(source.record(split, i).source_id) for i in range(n)}
+           for split, n in sizes.items()}
+  assert [len(s) for s in scans.values()] == [1079, 359, 359]
+  assert not scans['train'] & scans['validation'] and not scans['test'] & (
+      scans['train'] | scans['validation'])
+  assert source.split_origins()['test'] == (
+      'carved from the 1,797 scans: stratified by class, seed 0; each scan drawn 3 times')
+  assert not np.array_equal(source.pixels('test', 0), source.pixels('validation', 0))
   labels = [source.record('validation', i).label for i in range(9)]
   assert labels[0:3] == [labels[0]] * 3 and labels[3:6] == [labels[3]] * 3
 

@@ -46,17 +46,25 @@ def convert_data(
     processes: Annotated[int, typer.Option(
         *flag("processes"), help="Encoding processes (0: all cores).")] = 0,
     seed: Annotated[Optional[int], typer.Option(
-        *flag("seed"), help="Seed of validation splits (default: 0).", show_default=False)]
-    = None,
+        *flag("seed"), help="Seed of the carved validation and test splits (default: 0).",
+        show_default=False)] = None,
     validation_fraction: Annotated[Optional[float], typer.Option(
-        *flag("validation_fraction"), help="Fraction held out when the source has no"
-        " validation split.")] = None,
+        *flag("validation_fraction"), help="Fraction of the training items held out as the"
+        " validation split the search scores on.")] = None,
     validation_size: Annotated[Optional[int], typer.Option(
-        *flag("validation_size"), help="Number of images held out (flowers default: 350).")]
-    = None,
+        *flag("validation_size"), help="Number of images held out as validation (flowers"
+        " default: 350).")] = None,
     validation_source: Annotated[Optional[Path], typer.Option(
         *flag("validation_source"), help="imagefolder: a separate validation folder; coco: a"
         " validation annotation JSON.")] = None,
+    test_fraction: Annotated[Optional[float], typer.Option(
+        *flag("test_fraction"), help="Fraction held out as the test split `eval` reports, where"
+        " the source has no test set of its own.")] = None,
+    test_size: Annotated[Optional[int], typer.Option(
+        *flag("test_size"), help="Number of images held out as the test split.")] = None,
+    test_source: Annotated[Optional[Path], typer.Option(
+        *flag("test_source"), help="imagefolder: a separate test folder; coco: a test"
+        " annotation JSON.")] = None,
     image_size: Annotated[Optional[int], typer.Option(
         *flag("image_size"), help="digits/shapes: output image side in pixels.")] = None,
     channels: Annotated[Optional[int], typer.Option(
@@ -96,7 +104,8 @@ def _convert_data(name: str | None, source: Path | None, object_annotations_file
                   image_dir: Path | None, output_dir: str | None, num_shards: int | None,
                   num_workers: int, drop_remainder: bool, processes: int, seed: int | None,
                   validation_fraction: float | None, validation_size: int | None,
-                  validation_source: Path | None, image_size: int | None, channels: int | None,
+                  validation_source: Path | None, test_fraction: float | None,
+                  test_size: int | None, test_source: Path | None, image_size: int | None, channels: int | None,
                   num_samples: int | None, label_map: Path | None, download_dir: Path | None,
                   skip_corrupt: bool, overwrite: bool, verify: str | None, as_json: bool) -> None:
   """The command: flags checked first, then the conversion (or the verification)."""
@@ -107,6 +116,7 @@ def _convert_data(name: str | None, source: Path | None, object_annotations_file
     source = object_annotations_file
   given = {"source": source, "validation_source": validation_source, "seed": seed,
            "validation_fraction": validation_fraction, "validation_size": validation_size,
+           "test_source": test_source, "test_fraction": test_fraction, "test_size": test_size,
            "image_size": image_size, "channels": channels, "num_samples": num_samples,
            "label_map": label_map, "image_dir": image_dir}
   given = {k: v for k, v in given.items() if v is not None}
@@ -127,16 +137,17 @@ def _convert_data(name: str | None, source: Path | None, object_annotations_file
   source_cls = source_lib.lookup_source(name)
   _check_values(num_shards=num_shards, num_workers=num_workers, processes=processes,
                 validation_fraction=validation_fraction, validation_size=validation_size,
-                image_size=image_size, channels=channels, num_samples=num_samples)
+                test_fraction=test_fraction, test_size=test_size, image_size=image_size, channels=channels, num_samples=num_samples)
   _check_applies(name, source_cls, given, sources)
   if object_annotations_file is not None and name != "coco":
     raise NascliError(f"--object_annotations_file does not apply to {name} (only to coco)")
   output_dir = output_dir or str(Path("nascli_data") / name)
-  _check_paths(source=source, validation_source=validation_source, download_dir=download_dir,
-               output_dir=output_dir)
+  _check_paths(source=source, validation_source=validation_source, test_source=test_source,
+               download_dir=download_dir, output_dir=output_dir)
   options = source_lib.ConvertOptions(
       source=source, validation_source=validation_source, seed=seed or 0,
       validation_fraction=validation_fraction, validation_size=validation_size,
+      test_source=test_source, test_fraction=test_fraction, test_size=test_size,
       image_size=image_size, channels=channels, num_samples=num_samples, label_map=label_map,
       image_dir=image_dir, skip_corrupt=skip_corrupt)
   if download_dir is not None:
@@ -192,17 +203,23 @@ def _flag_of(field: str) -> str:
 
 def _check_values(**values: Any) -> None:
   """Flag values no data set can use."""
-  at_least_one = ("num_shards", "num_workers", "validation_size", "image_size", "num_samples")
+  at_least_one = ("num_shards", "num_workers", "validation_size", "test_size", "image_size",
+                  "num_samples")
   for key in at_least_one:
     if values[key] is not None and values[key] < 1:
       raise NascliError(f"{_flag_of(key)} must be at least 1, got {values[key]}")
   if values["processes"] < 0:
     raise NascliError(f"--processes must be 0 (all cores) or more, got {values['processes']}")
-  fraction = values["validation_fraction"]
-  if fraction is not None and not 0.0 < fraction <= 1.0:
-    raise NascliError(f"--validation_fraction {fraction} must be between 0 and 1")
-  if fraction is not None and values["validation_size"] is not None:
-    raise NascliError("give --validation_size or --validation_fraction, not both")
+  for part in ("validation", "test"):
+    fraction = values[f"{part}_fraction"]
+    if fraction is not None and not 0.0 < fraction < 1.0:
+      raise NascliError(f"--{part}_fraction {fraction} must be between 0 and 1")
+    if fraction is not None and values[f"{part}_size"] is not None:
+      raise NascliError(f"give --{part}_size or --{part}_fraction, not both")
+  fractions = [values[f"{part}_fraction"] or 0.0 for part in ("validation", "test")]
+  if sum(fractions) >= 1.0:
+    raise NascliError(f"--validation_fraction {fractions[0]} and --test_fraction {fractions[1]}"
+                      " hold out everything; their sum must be below 1")
   if values["channels"] not in (None, 1, 3):
     raise NascliError(f"--channels must be 1 or 3, got {values['channels']}")
 
@@ -217,12 +234,14 @@ def _check_applies(name: str, source_cls: type, given: dict[str, Any],
                         f" {', '.join(readers)})")
 
 
-def _check_paths(source: Path | None, validation_source: Path | None,
+def _check_paths(source: Path | None, validation_source: Path | None, test_source: Path | None,
                  download_dir: Path | None, output_dir: str) -> None:
   if source is not None and not source.exists():
     raise InputError(f"--source {source} does not exist")
   if validation_source is not None and not validation_source.exists():
     raise InputError(f"--validation_source {validation_source} does not exist")
+  if test_source is not None and not test_source.exists():
+    raise InputError(f"--test_source {test_source} does not exist")
   if download_dir is not None and download_dir.exists() and not download_dir.is_dir():
     raise InputError(f"--download_dir {download_dir} is not a folder")
   if not storage.is_gcs(output_dir) and os.path.exists(output_dir) and not os.path.isdir(

@@ -28,6 +28,7 @@ from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn, 
 import nascli
 from nascli import interrupts, storage
 from nascli.data import log_progress, parallel, reasons, sharding, tfexample
+from nascli.data import splits as data_splits
 from nascli.data.parallel import Workers
 from nascli.data.source import (CLASSIFICATION, ConvertOptions, CorruptItemError, MissingItemError,
                                 Source, source_for)
@@ -38,7 +39,7 @@ INFO_FILE = "dataset_info.json"
 LABELS_FILE = "labels.txt"
 STATE_FILE = ".nascli-convert-state.json"
 WORK_DIR = ".nascli-work"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2  # 2: a test split beside validation, and each split's origin
 CHUNK_SIZE = 32
 CHECK_CHUNK_SIZE = 128
 # Below this many (estimated) bytes of output a conversion runs in one process: forking a pool
@@ -457,6 +458,7 @@ class Converter:
     source = self.source
     classes = source.classes()
     splits = {}
+    origins = source.split_origins()
     for split, plan in plans.items():
       names = [sharding.shard_name(split, s, plan.num_shards) for s in range(plan.num_shards)]
       entries = [completed[n] for n in names]
@@ -464,6 +466,8 @@ class Converter:
           "num_records": sum(e["num_records"] for e in entries),
           "num_shards": plan.num_shards,
           "file_pattern": f"{split}-*-of-{plan.num_shards:05d}.tfrecord",
+          "origin": origins[split],
+          "role": data_splits.ROLES[split],
           "shards": [{"file": n, "num_records": e["num_records"], "bytes": e["bytes"],
                       "sha256": e["sha256"]} for n, e in zip(names, entries)],
           **_merge_summaries([e["summary"] for e in entries]),

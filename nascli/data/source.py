@@ -56,11 +56,14 @@ class ConvertOptions:
   """Everything `convert-data` was asked; each source reads the fields that concern it."""
   source: Path | None = None
   validation_source: Path | None = None
+  test_source: Path | None = None
   download_dir: Path = Path.home() / ".cache" / "nascli" / "downloads"
   work_dir: Path | None = None  # scratch space for extraction, inside the output folder
   seed: int = 0
   validation_fraction: float | None = None
   validation_size: int | None = None
+  test_fraction: float | None = None
+  test_size: int | None = None
   image_size: int | None = None
   channels: int | None = None
   num_samples: int | None = None
@@ -74,6 +77,8 @@ class ConvertOptions:
 OPTION_FLAGS = {
     "source": "--source", "validation_source": "--validation_source", "seed": "--seed",
     "validation_fraction": "--validation_fraction", "validation_size": "--validation_size",
+    "test_source": "--test_source", "test_fraction": "--test_fraction",
+    "test_size": "--test_size",
     "image_size": "--image_size", "channels": "--channels", "num_samples": "--num_samples",
     "label_map": "--label_map", "image_dir": "--image_dir",
 }
@@ -174,7 +179,13 @@ class Source(abc.ABC):
 
   @abc.abstractmethod
   def split_sizes(self) -> dict[str, int]:
-    """Number of items of each split, e.g. {"train": 50000, "validation": 10000}."""
+    """Number of items of each split: {"train": 45000, "validation": 5000, "test": 10000}."""
+
+  @abc.abstractmethod
+  def split_origins(self) -> dict[str, str]:
+    """Where each split's items come from, in a phrase ("the official test set (test_batch)",
+    "carved from the training items: stratified by class, seed 0"); goes into dataset_info.json
+    so that a reader knows which split is untouched by the search (nascli.data.splits)."""
 
   @abc.abstractmethod
   def record(self, split: str, index: int) -> Record:

@@ -1,25 +1,117 @@
-"""Seeded train/validation splits shared by the data sets that ship without one."""
+"""Seeded held-out splits shared by every converter: `validation` for the search, `test` for the
+final eval.
+
+A search picks the best of many trials on `validation`, so that split is no longer an honest
+estimate; `test` is touched only by `nascli eval`. Where a source ships no split of its own, both
+are carved from its training items here, per class in proportion (`stratified_split`), so a small
+data set does not hold out 28 zeros against 38 ones.
+"""
+
+from typing import Mapping, Sequence
 
 import numpy as np
 
 from nascli.errors import NascliError
 
+TRAIN = "train"
+VALIDATION = "validation"
+TEST = "test"
+HELD_OUT = (VALIDATION, TEST)
+# What each split is for; written into dataset_info.json and named by the commands that read it.
+ROLES = {
+    TRAIN: "training (search trials and stage-2 train)",
+    VALIDATION: "search rewards, proxy-task selection and evaluation during training",
+    TEST: "final `nascli eval` only; no search or proxy tool reads it",
+}
 
-def validation_count(n: int, fraction: float | None, size: int | None,
-                     default_fraction: float) -> int:
+
+def held_out_count(n: int, fraction: float | None, size: int | None, default_fraction: float,
+                   part: str = VALIDATION) -> int:
+  """How many of `n` items `--{part}_size` / `--{part}_fraction` (or the default) hold out."""
   if size is not None and fraction is not None:
-    raise NascliError("give --validation_size or --validation_fraction, not both")
+    raise NascliError(f"give --{part}_size or --{part}_fraction, not both")
   if size is not None:
     if not 0 < size < n:
-      raise NascliError(f"--validation_size {size} must be between 1 and {n - 1} for {n} images")
+      raise NascliError(f"--{part}_size {size} must be between 1 and {n - 1} for {n} images")
     return size
   fraction = default_fraction if fraction is None else fraction
   if not 0.0 < fraction < 1.0:
-    raise NascliError(f"--validation_fraction {fraction} must be between 0 and 1")
+    raise NascliError(f"--{part}_fraction {fraction} must be between 0 and 1")
   return min(n - 1, max(1, round(n * fraction)))
+
+
+def validation_count(n: int, fraction: float | None, size: int | None,
+                     default_fraction: float) -> int:
+  return held_out_count(n, fraction, size, default_fraction, VALIDATION)
 
 
 def seeded_split(n: int, num_validation: int, seed: int) -> tuple[list[int], list[int]]:
   """(train, validation) positions: a seeded permutation, validation first, each part sorted."""
   perm = np.random.default_rng(seed).permutation(n)
   return sorted(perm[num_validation:].tolist()), sorted(perm[:num_validation].tolist())
+
+
+def random_split(n: int, sizes: Mapping[str, int], seed: int) -> dict[str, list[int]]:
+  """{'train': rest, part: positions, ...}: a seeded permutation cut in `sizes` order (for data
+  without one label per item, such as detection)."""
+  _check_sizes(n, sizes)
+  perm = np.random.default_rng(seed).permutation(n)
+  out, start = {}, 0
+  for part, size in sizes.items():
+    out[part] = sorted(perm[start:start + size].tolist())
+    start += size
+  return {TRAIN: sorted(perm[start:].tolist()), **out}
+
+
+def stratified_split(labels: Sequence[int], sizes: Mapping[str, int],
+                     seed: int) -> dict[str, list[int]]:
+  """{'train': rest, part: positions, ...}, each held-out part of exactly `sizes[part]` items
+  holding every class in proportion to its share of `labels` (within one item).
+
+  Per class the items are permuted with the seed and cut in `sizes` order; a class's quota is
+  the floor of its proportional share, and the parts' remaining items go to the classes with the
+  largest remainders (ties to the lower label), so the result depends only on (labels, sizes,
+  seed).
+  """
+  labels = np.asarray(labels)
+  n = len(labels)
+  _check_sizes(n, sizes)
+  classes, counts = np.unique(labels, return_counts=True)
+  rng = np.random.default_rng(seed)
+  members = {c: rng.permutation(np.flatnonzero(labels == c)) for c in classes.tolist()}
+  left = dict(zip(classes.tolist(), counts.tolist()))
+  taken = {c: 0 for c in left}
+  out = {}
+  for part, size in sizes.items():
+    share = size * counts / n
+    quota = np.minimum(np.floor(share).astype(int), [left[c] for c in classes.tolist()])
+    remainder = share - quota
+    for k in sorted(range(len(classes)), key=lambda k: (-remainder[k], k)):
+      if quota.sum() >= size:
+        break
+      if quota[k] < left[classes[k]]:
+        quota[k] += 1
+    if quota.sum() < size:  # tiny classes ran out: fill from the largest classes left
+      for k in sorted(range(len(classes)), key=lambda k: (-(left[classes[k]] - quota[k]), k)):
+        extra = min(size - quota.sum(), left[classes[k]] - quota[k])
+        quota[k] += extra
+    picked = []
+    for k, c in enumerate(classes.tolist()):
+      picked += members[c][taken[c]:taken[c] + quota[k]].tolist()
+      taken[c] += int(quota[k])
+      left[c] -= int(quota[k])
+    out[part] = sorted(picked)
+  rest = sorted(i for c in classes.tolist() for i in members[c][taken[c]:].tolist())
+  return {TRAIN: rest, **out}
+
+
+def _check_sizes(n: int, sizes: Mapping[str, int]) -> None:
+  if sum(sizes.values()) >= n:
+    held = " + ".join(f"{size} {part}" for part, size in sizes.items())
+    raise NascliError(f"holding out {held} of {n} images leaves none to train on; pass smaller"
+                      f" {' / '.join(f'--{part}_size' for part in sizes)}")
+
+
+def carved(parts: Sequence[str], seed: int, how: str, of: str = "the training items") -> dict:
+  """dataset_info.json's `origin` of splits carved here."""
+  return {part: f"carved from {of}: {how}, seed {seed}" for part in parts}

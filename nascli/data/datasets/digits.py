@@ -17,6 +17,7 @@ from nascli.errors import NascliError
 DEFAULT_IMAGE_SIZE = 32
 DEFAULT_CHANNELS = 3
 DEFAULT_VALIDATION_FRACTION = 0.2
+DEFAULT_TEST_FRACTION = 0.2
 # Where scikit-learn keeps the digits, and how load_digits() parses them.
 _CSV = Path("datasets", "data", "digits.csv.gz")
 
@@ -46,7 +47,8 @@ def load_digits() -> tuple[np.ndarray, np.ndarray, str]:
 class DigitsSource(Source):
   """1,797 real scanned digits (UCI), upscaled so image models can use them; needs no network."""
 
-  reads = frozenset({"image_size", "channels", "seed", "validation_fraction", "validation_size"})
+  reads = frozenset({"image_size", "channels", "seed", "validation_fraction", "validation_size",
+                     "test_fraction", "test_size"})
 
   @classmethod
   def check_options(cls, options: ConvertOptions) -> None:
@@ -54,9 +56,10 @@ class DigitsSource(Source):
       raise NascliError(f"--image_size {options.image_size} is smaller than the 8x8 source digits")
     if options.channels not in (None, 1, 3):
       raise NascliError(f"--channels must be 1 or 3, got {options.channels}")
-    if options.validation_fraction is not None and not 0.0 < options.validation_fraction < 1.0:
-      raise NascliError(f"--validation_fraction {options.validation_fraction} must be between 0"
-                        " and 1")
+    for part in splits.HELD_OUT:
+      fraction = getattr(options, f"{part}_fraction")
+      if fraction is not None and not 0.0 < fraction < 1.0:
+        raise NascliError(f"--{part}_fraction {fraction} must be between 0 and 1")
 
   def prepare(self) -> None:
     ink, labels, self._sklearn_version = load_digits()
@@ -70,10 +73,13 @@ class DigitsSource(Source):
     if self.channels not in (1, 3):
       raise NascliError(f"--channels must be 1 or 3, got {self.channels}")
     n = len(self._labels)
-    n_val = splits.validation_count(n, self.options.validation_fraction,
-                                    self.options.validation_size, DEFAULT_VALIDATION_FRACTION)
-    train, val = splits.seeded_split(n, n_val, self.options.seed)
-    self._splits = {"train": train, "validation": val}
+    o = self.options
+    sizes = {splits.TEST: splits.held_out_count(n, o.test_fraction, o.test_size,
+                                                DEFAULT_TEST_FRACTION, splits.TEST),
+             splits.VALIDATION: splits.held_out_count(n, o.validation_fraction, o.validation_size,
+                                                      DEFAULT_VALIDATION_FRACTION)}
+    parts = splits.stratified_split(self._labels, sizes, o.seed)
+    self._splits = {name: parts[name] for name in (splits.TRAIN, splits.VALIDATION, splits.TEST)}
 
   def source_info(self) -> dict[str, Any]:
     digest = hashlib.sha256(self._pixels.tobytes() + self._labels.tobytes()).hexdigest()
@@ -86,10 +92,15 @@ class DigitsSource(Source):
   def split_sizes(self) -> dict[str, int]:
     return {k: len(v) for k, v in self._splits.items()}
 
+  def split_origins(self) -> dict[str, str]:
+    return {splits.TRAIN: "the scans not held out",
+            **splits.carved(splits.HELD_OUT, self.options.seed, "stratified by class",
+                            of="the 1,797 scans")}
+
   def settings(self) -> dict[str, Any]:
     return {"image_size": self.image_size, "channels": self.channels, "seed": self.options.seed,
-            "validation_fraction": self.options.validation_fraction,
-            "validation_size": self.options.validation_size}
+            **{f"{part}_{what}": getattr(self.options, f"{part}_{what}")
+               for part in splits.HELD_OUT for what in ("fraction", "size")}}
 
   def estimated_bytes(self, split: str) -> int:
     return len(self._splits[split]) * self.image_size ** 2 * self.channels // 4

@@ -6,8 +6,8 @@ within minutes and differ by a few validation images, about what retraining one 
 each scan is drawn several times (`VARIANTS`) onto a noisy coloured background, scaled,
 rotated and moved at random, in a random colour, beside fragments of other digits as clutter:
 a model must find the digit and tell it from the strokes around it, which takes receptive field
-and capacity. Train and validation are split by *scan* before any drawing, so no scan appears
-on both sides. Every image is a pure function of (seed, split, index), so conversion in
+and capacity. Train, validation and test are split by *scan* (stratified by digit) before any
+drawing, so no scan appears on two sides. Every image is a pure function of (seed, split, index), so conversion in
 parallel processes writes the same bytes.
 """
 
@@ -23,7 +23,7 @@ from nascli.data.source import register_source
 from nascli.errors import NascliError
 
 VARIANTS = 3  # drawings of each scan
-_SPLIT_CODES = {"train": 1, "validation": 2}
+_SPLIT_CODES = {"train": 1, "validation": 2, "test": 3}
 _FRAGMENTS = 1  # clutter pieces per image
 _FRAGMENT_ALPHA = 0.5  # how opaque a clutter piece is
 _SCALE = (0.6, 0.9)  # the digit's side, as a fraction of the image's
@@ -45,6 +45,10 @@ class DigitsClutterSource(digits.DigitsSource):
 
   def source_info(self) -> dict[str, Any]:
     return {**super().source_info(), "generator": "digits_clutter", "variants": VARIANTS}
+
+  def split_origins(self) -> dict[str, str]:
+    return {split: f"{origin}; each scan drawn {VARIANTS} times"
+            for split, origin in super().split_origins().items()}
 
   def settings(self) -> dict[str, Any]:
     return {**super().settings(), "variants": VARIANTS, "fragments": _FRAGMENTS}
