@@ -1,4 +1,8 @@
-"""Tests for the cifar10 source: both official archive layouts built from known pixels."""
+"""Tests for the cifar10 source: both official archive layouts built from known pixels.
+
+Splits: `test` is the official test_batch; `validation` is carved from data_batch_1..5,
+stratified by class and seeded; `train` is the rest of the training batches.
+"""
 
 import hashlib
 import io
@@ -13,12 +17,16 @@ import pytest
 
 from conftest import decode_image, read_examples
 from nascli.data import download
-from nascli.errors import InputError, UnsafeInputError
+from nascli.errors import InputError, NascliError, OutputError, UnsafeInputError
 
 CLASS_NAMES = ["airplane", "automobile", "bird", "cat", "deer", "dog", "frog", "horse", "ship",
                "truck"]
-TRAIN_PER_BATCH = 7
+TRAIN_PER_BATCH = 10
+NUM_TRAIN = 5 * TRAIN_PER_BATCH
 NUM_TEST = 5
+# The default validation split: 10% of the training batches.
+NUM_VALIDATION = 5
+TRAIN_STEMS = [f"data_batch_{i}" for i in range(1, 6)]
 PY = "cifar-10-batches-py"
 BIN = "cifar-10-batches-bin"
 
@@ -71,39 +79,47 @@ def _make_tar(path: Path, folder: str, files: dict[str, bytes]) -> Path:
   return path
 
 
-def _expected(data: dict, split: str) -> tuple[np.ndarray, list[int], list[str]]:
-  """HWC pixels, labels and filenames of a split in canonical order."""
-  names = [f"data_batch_{i}" for i in range(1, 6)] if split == "train" else ["test_batch"]
-  rows = np.concatenate([data[n]["data"] for n in names])
-  hwc = rows.reshape(-1, 3, 32, 32).transpose(0, 2, 3, 1)
-  labels = [label for n in names for label in data[n]["labels"]]
-  filenames = [f for n in names for f in data[n]["filenames"]]
-  return hwc, labels, filenames
+def _items(data: dict, stems: list[str]) -> dict[str, tuple[np.ndarray, int, str]]:
+  """source_id ("data_batch_3_4") -> (HWC pixels, label, pickled filename) of the batches."""
+  items = {}
+  for stem in stems:
+    hwc = data[stem]["data"].reshape(-1, 3, 32, 32).transpose(0, 2, 3, 1)
+    for i, (label, filename) in enumerate(zip(data[stem]["labels"], data[stem]["filenames"])):
+      items[f"{stem}_{i}"] = (hwc[i], label, filename)
+  return items
 
 
-def _by_index(out: Path, split: str) -> dict[int, dict]:
+def _records(out: Path, split: str) -> dict[str, dict]:
+  """source_id -> example, of every record of a split (each source_id once)."""
   records = {}
   for ex in read_examples(out / f"{split}-*.tfrecord"):
     source_id = ex["image/source_id"][0].decode()
-    prefix, index = source_id.rsplit("_", 1)
-    assert prefix == split
-    records[int(index)] = ex
+    assert source_id not in records
+    records[source_id] = ex
   return records
 
 
-def _assert_matches(out: Path, data: dict, filenames: bool) -> None:
-  for split, n in [("train", 5 * TRAIN_PER_BATCH), ("validation", NUM_TEST)]:
-    pixels, labels, names = _expected(data, split)
-    records = _by_index(out, split)
-    assert sorted(records) == list(range(n))
-    original = "train" if split == "train" else "test"
-    for i, ex in records.items():
+def _assert_matches(out: Path, data: dict, filenames: bool,
+                    num_validation: int = NUM_VALIDATION) -> dict[str, dict[str, dict]]:
+  """Every official image is in exactly one split, with its pixels, label and filename: test is
+  test_batch; train and validation share the training batches. Returns the records by split."""
+  train_items, test_items = _items(data, TRAIN_STEMS), _items(data, ["test_batch"])
+  by_split = {split: _records(out, split) for split in ("train", "validation", "test")}
+  assert set(by_split["test"]) == set(test_items)
+  assert not set(by_split["train"]) & set(by_split["validation"])
+  assert set(by_split["train"]) | set(by_split["validation"]) == set(train_items)
+  assert len(by_split["validation"]) == num_validation
+  for records in by_split.values():
+    for source_id, ex in records.items():
+      pixels, label, name = {**train_items, **test_items}[source_id]
+      stem, index = source_id.rsplit("_", 1)
       assert ex["image/format"] == [b"png"]
       assert ex["image/height"] == [32] and ex["image/width"] == [32]
-      assert ex["image/class/label"] == [labels[i]]
-      np.testing.assert_array_equal(decode_image(ex["image/encoded"][0]), pixels[i])
-      want = names[i] if filenames else f"cifar10_{original}_{i:05d}.png"
+      assert ex["image/class/label"] == [label]
+      np.testing.assert_array_equal(decode_image(ex["image/encoded"][0]), pixels)
+      want = name if filenames else f"cifar10_{stem}_{int(index):05d}.png"
       assert ex["image/filename"] == [want.encode()]
+  return by_split
 
 
 def _shard_digests(info: dict) -> list[tuple[str, str]]:
@@ -120,7 +136,7 @@ def test_python_archive(tmp_path, run_convert):
   archive = _make_tar(tmp_path / "cifar-10-python.tar.gz", PY, _python_files(data))
   info, stats, out = run_convert("cifar10", source=archive, processes=2, num_shards=5)
 
-  _assert_matches(out, data, filenames=True)
+  by_split = _assert_matches(out, data, filenames=True)
   assert (out / "labels.txt").read_text() == "".join(f"{i}:{n}\n"
                                                      for i, n in enumerate(CLASS_NAMES))
   assert info["classes"] == [{"id": i, "name": n} for i, n in enumerate(CLASS_NAMES)]
@@ -129,21 +145,23 @@ def test_python_archive(tmp_path, run_convert):
   assert info["source"]["format"] == "python"
   assert info["source"]["path"] == str(archive)
   assert info["source"]["sha256"] == hashlib.sha256(archive.read_bytes()).hexdigest()
-  assert info["source"]["original_splits"] == {"train": "train", "validation": "test"}
-  assert stats["records_written"] == 40
+  assert info["source"]["original_splits"] == {"train": "train", "validation": "train",
+                                               "test": "test"}
+  assert stats["records_written"] == NUM_TRAIN + NUM_TEST
   # Shards are even and the info file agrees with the files on disk.
-  train, val = info["splits"]["train"], info["splits"]["validation"]
-  assert (train["num_records"], train["num_shards"]) == (35, 5)
-  assert [s["num_records"] for s in train["shards"]] == [7] * 5
+  train, val, test = (info["splits"][s] for s in ("train", "validation", "test"))
+  assert (train["num_records"], train["num_shards"]) == (45, 5)
+  assert [s["num_records"] for s in train["shards"]] == [9] * 5
   assert [s["num_records"] for s in val["shards"]] == [1] * 5
-  for split in (train, val):
+  assert [s["num_records"] for s in test["shards"]] == [1] * 5
+  for split in (train, val, test):
     for shard in split["shards"]:
       path = out / shard["file"]
       assert hashlib.sha256(path.read_bytes()).hexdigest() == shard["sha256"]
       assert len(read_examples(path)) == shard["num_records"]
-  _, train_labels, _ = _expected(data, "train")
-  assert train["class_counts"] == {
-      str(k): train_labels.count(k) for k in sorted(set(train_labels))}
+  for name, split in info["splits"].items():
+    labels = [int(ex["image/class/label"][0]) for ex in by_split[name].values()]
+    assert split["class_counts"] == {str(k): labels.count(k) for k in sorted(set(labels))}
 
 
 def test_binary_archive_gives_identical_shards(tmp_path, run_convert):
@@ -316,3 +334,135 @@ def test_download_without_source(tmp_path, run_convert, monkeypatch):
   assert info["source"]["sha256"] == hashlib.sha256(cached.read_bytes()).hexdigest()
   _assert_matches(out, data, filenames=True)
   assert json.loads((out / "dataset_info.json").read_text())["dataset"] == "cifar10"
+
+
+# ----- the three splits (issue 47: the search must not select on the test set)
+
+
+def _pixel_digests(records: dict[str, dict]) -> set[str]:
+  return {hashlib.sha256(decode_image(ex["image/encoded"][0]).tobytes()).hexdigest()
+          for ex in records.values()}
+
+
+def test_splits_are_disjoint_and_whole(tmp_path, run_convert):
+  data = _make_data(seed=3)
+  archive = _make_tar(tmp_path / "cifar-10-python.tar.gz", PY, _python_files(data))
+  info, _, out = run_convert("cifar10", source=archive, num_shards=2)
+  by_split = _assert_matches(out, data, filenames=True)
+  digests = {split: _pixel_digests(records) for split, records in by_split.items()}
+  assert {split: len(d) for split, d in digests.items()} == {
+      "train": NUM_TRAIN - NUM_VALIDATION, "validation": NUM_VALIDATION, "test": NUM_TEST}
+  for a, b in [("train", "validation"), ("train", "test"), ("validation", "test")]:
+    assert not digests[a] & digests[b], (a, b)
+  whole = {hashlib.sha256(pixels.tobytes()).hexdigest()
+           for pixels, _, _ in _items(data, TRAIN_STEMS + ["test_batch"]).values()}
+  assert set().union(*digests.values()) == whole
+  assert {s: info["splits"][s]["num_records"] for s in by_split} == {
+      "train": NUM_TRAIN - NUM_VALIDATION, "validation": NUM_VALIDATION, "test": NUM_TEST}
+
+
+def test_validation_is_stratified_and_seeded(tmp_path, run_convert):
+  data = _make_data(seed=4)
+  archive = _make_tar(tmp_path / "cifar-10-python.tar.gz", PY, _python_files(data))
+  train_labels = [label for stem in TRAIN_STEMS for label in data[stem]["labels"]]
+  chosen = {}
+  for seed in (0, 1):
+    info, _, out = run_convert("cifar10", output_dir=tmp_path / f"s{seed}", source=archive,
+                               num_shards=1, seed=seed, validation_fraction=0.3)
+    by_split = _assert_matches(out, data, filenames=True, num_validation=15)
+    counts = info["splits"]["validation"]["class_counts"]
+    for c in set(train_labels):
+      share = 15 * train_labels.count(c) / NUM_TRAIN
+      assert abs(counts.get(str(c), 0) - share) <= 1, (c, counts, share)
+    chosen[seed] = set(by_split["validation"])
+  assert chosen[0] != chosen[1]
+  # The same seed gives the same shards.
+  again, _, _ = run_convert("cifar10", output_dir=tmp_path / "again", source=archive,
+                            num_shards=1, seed=1, validation_fraction=0.3)
+  assert _shard_digests(again) == _shard_digests(info)
+
+
+def test_dataset_info_records_origins_seed_and_sizes(tmp_path, run_convert):
+  data = _make_data()
+  archive = _make_tar(tmp_path / "cifar-10-binary.tar.gz", BIN, _binary_files(data))
+  info, _, out = run_convert("cifar10", source=archive, num_shards=1, seed=7,
+                             validation_size=12)
+  splits = info["splits"]
+  assert {s: splits[s]["num_records"] for s in splits} == {
+      "train": NUM_TRAIN - 12, "validation": 12, "test": NUM_TEST}
+  assert splits["train"]["origin"] == (
+      "the official training set (data_batch_1..5) less the validation split")
+  assert splits["validation"]["origin"] == (
+      "carved from the official training set (data_batch_1..5): stratified by class, seed 7")
+  assert splits["test"]["origin"] == "the official test set (test_batch)"
+  assert "eval" in splits["test"]["role"] and "search" in splits["validation"]["role"]
+  assert {k: info["settings"][k] for k in ("seed", "validation_fraction", "validation_size")} == {
+      "seed": 7, "validation_fraction": None, "validation_size": 12}
+  assert json.loads((out / "dataset_info.json").read_text())["splits"]["test"]["origin"] == (
+      "the official test set (test_batch)")
+  # Another seed is another conversion: its shards are not taken for these.
+  with pytest.raises(OutputError, match="different conversion"):
+    run_convert("cifar10", output_dir=out, source=archive, num_shards=1, seed=8,
+                validation_size=12)
+
+
+def test_validation_options_change_sizes(tmp_path, run_convert):
+  data = _make_data()
+  archive = _make_tar(tmp_path / "cifar-10-python.tar.gz", PY, _python_files(data))
+  for i, (options, held_out) in enumerate([({}, 5), ({"validation_fraction": 0.2}, 10),
+                                           ({"validation_size": 1}, 1),
+                                           ({"validation_size": 49}, 49)]):
+    info, _, out = run_convert("cifar10", output_dir=tmp_path / f"o{i}", source=archive,
+                               num_shards=1, **options)
+    sizes = {s: info["splits"][s]["num_records"] for s in info["splits"]}
+    assert sizes == {"train": NUM_TRAIN - held_out, "validation": held_out, "test": NUM_TEST}
+  _assert_matches(out, data, filenames=True, num_validation=49)
+
+
+@pytest.mark.parametrize("options,flag", [
+    ({"validation_size": 50}, "--validation_size 50 must be between 1 and 49"),
+    ({"validation_fraction": 1.5}, "--validation_fraction 1.5 must be between 0 and 1"),
+    ({"validation_fraction": 0.1, "validation_size": 3}, "--validation_size or"),
+    ({"test_fraction": 0.1}, "--test_fraction does not apply to cifar10"),
+    ({"test_size": 5}, "--test_size does not apply to cifar10"),
+])
+def test_bad_split_options(tmp_path, run_convert, options, flag):
+  archive = _make_tar(tmp_path / "cifar-10-python.tar.gz", PY, _python_files(_make_data()))
+  out = tmp_path / "out"
+  with pytest.raises(NascliError) as e:
+    run_convert("cifar10", output_dir=out, source=archive, **options)
+  assert "\n" not in str(e.value) and flag in str(e.value)
+  _assert_failed_cleanly(out)
+
+
+def test_command_refuses_test_flags(tmp_path, cli):
+  archive = _make_tar(tmp_path / "cifar-10-python.tar.gz", PY, _python_files(_make_data()))
+  for flag, value in [("--test_fraction", "0.1"), ("--test_size", "5"),
+                      ("--test_source", archive)]:
+    code, stdout, stderr = cli("convert-data", "cifar10", "--source", archive, flag, value,
+                               "--output_dir", tmp_path / "out")
+    assert (code, stdout) == (1, ""), stderr
+    assert len(stderr.strip().splitlines()) == 1, stderr
+    assert f"{flag} does not apply to cifar10" in stderr
+    assert not (tmp_path / "out").exists()
+
+
+def test_item_names_and_ids_say_which_batch(tmp_path):
+  from nascli.data.source import ConvertOptions, source_for  # pylint: disable=g-import-not-at-top
+  data = _make_data(seed=5)
+  archive = _make_tar(tmp_path / "cifar-10-python.tar.gz", PY, _python_files(data))
+  source = source_for("cifar10", ConvertOptions(source=archive, progress=False, seed=2))
+  source.prepare()
+  items = _items(data, TRAIN_STEMS + ["test_batch"])
+  seen = set()
+  for split, size in source.split_sizes().items():
+    for index in range(size):
+      name = source.item_name(split, index)
+      record = source.record(split, index)
+      stem, in_batch = record.source_id.rsplit("_", 1)
+      assert name == f"{archive}:{PY}/{stem}[{in_batch}]"
+      assert (stem == "test_batch") == (split == "test")
+      np.testing.assert_array_equal(source.pixels(split, index), items[record.source_id][0])
+      assert record.filename == items[record.source_id][2]
+      seen.add(record.source_id)
+  assert seen == set(items)

@@ -1,8 +1,11 @@
 """`cifar10`: the official CIFAR-10 archive (python pickles or binary records), local or downloaded.
 
-Train is data_batch_1..5 in order; the official test_batch becomes "validation". Members are read
-in memory straight from the tar (no extraction), pickles only through the restricted unpickler of
-`safe_pickle`, and both formats decode to the same arrays, so they give identical shards.
+The official test_batch becomes `test` (read only by `nascli eval`); `validation`, on which the
+search scores trials, is carved from the official training set (data_batch_1..5 in order),
+stratified by class with --seed (default 10%, --validation_fraction / --validation_size), and
+`train` is the rest of it. Members are read in memory straight from the tar (no extraction),
+pickles only through the restricted unpickler of `safe_pickle`, and both formats decode to the
+same arrays, so they give identical shards.
 """
 
 import dataclasses
@@ -13,9 +16,9 @@ from typing import Any, Callable
 
 import numpy as np
 
-from nascli.data import archives, download, images, safe_pickle
-from nascli.data.source import ClassInfo, Record, Source, register_source
-from nascli.errors import InputError
+from nascli.data import archives, download, images, safe_pickle, splits
+from nascli.data.source import ClassInfo, ConvertOptions, Record, Source, register_source
+from nascli.errors import InputError, NascliError
 
 URL = "https://www.cs.toronto.edu/~kriz/cifar-10-python.tar.gz"
 ARCHIVE_NAME = "cifar-10-python.tar.gz"
@@ -23,6 +26,9 @@ MD5 = "c58f30108f718f92721af3b95e74349a"
 NUM_TRAIN_BATCHES = 5
 # Bytes of an average CIFAR PNG, for the default shard count.
 _PNG_BYTES = 2600
+# Share of the 50,000 training images held out as validation: 5,000 (500 a class), the 45k/5k
+# split common in NAS papers; half the official test set's size.
+DEFAULT_VALIDATION_FRACTION = 0.1
 
 
 @dataclasses.dataclass(frozen=True)
@@ -53,8 +59,19 @@ BINARY = _Format(
     load_batch=safe_pickle.load_cifar_binary_batch,
     load_meta=lambda data, where: safe_pickle.parse_cifar_binary_meta(data, where))
 FORMATS = (PYTHON, BINARY)
-# Our split name -> the official one.
-ORIGINAL_SPLITS = {"train": "train", "validation": "test"}
+# Our split name -> the official set its items come from.
+ORIGINAL_SPLITS = {splits.TRAIN: "train", splits.VALIDATION: "train", splits.TEST: "test"}
+# The options that would hold out a test split: CIFAR-10's is the official test_batch.
+_TEST_OPTIONS = ("test_source", "test_fraction", "test_size")
+
+
+def _refuse_test_options(options: ConvertOptions, name: str, official: str) -> None:
+  """Refuses --test_* for a data set whose test split is its official test set (the command
+  refuses them already through `reads`; this stops a caller of the engine too)."""
+  for field in _TEST_OPTIONS:
+    if getattr(options, field) is not None:
+      raise NascliError(f"--{field} does not apply to {name}: its test split is the official"
+                        f" test set ({official})")
 
 
 def _format_of(basename: str) -> _Format | None:
@@ -78,15 +95,24 @@ class _Batch:
   images: np.ndarray
   labels: np.ndarray
   filenames: list[str]
+  stem: str = ""  # data_batch_3, test_batch: the same in both formats (names and ids)
 
 
 @register_source("cifar10")
 class Cifar10Source(Source):
   """60,000 32x32 colour images in 10 classes; pixels stay in memory for the forked workers."""
 
-  reads = frozenset({"source"})
+  reads = frozenset({"source", "seed", "validation_fraction", "validation_size"})
+
+  @classmethod
+  def check_options(cls, options: ConvertOptions) -> None:
+    _refuse_test_options(options, "cifar10", PYTHON.test)
+    fraction = options.validation_fraction
+    if fraction is not None and not 0.0 < fraction < 1.0:
+      raise NascliError(f"--validation_fraction {fraction} must be between 0 and 1")
 
   def prepare(self) -> None:
+    self.check_options(self.options)
     source = self.options.source
     if source is None:
       self._path = download.fetch(URL, self.options.download_dir, ARCHIVE_NAME, md5=MD5,
@@ -104,6 +130,7 @@ class Cifar10Source(Source):
       self._format, batches = self._read_archive(self._path)
       self._sha256 = download.file_digest(self._path, "sha256")
     self._assemble(batches)
+    self._split()
 
   # ----- reading
 
@@ -168,7 +195,8 @@ class Cifar10Source(Source):
     return fmt, decoded, _listing_sha256(root, folder)
 
   def _assemble(self, decoded: dict[str, Any]) -> None:
-    """Joins the train batches in order and keeps every split's arrays for the workers."""
+    """Joins the official train batches in order and keeps both official sets' arrays (by
+    official name, "train" and "test") for the workers."""
     fmt = self._format
     names = decoded[fmt.meta]
     if len(names) != safe_pickle.NUM_CLASSES:
@@ -178,16 +206,39 @@ class Cifar10Source(Source):
     self._images: dict[str, np.ndarray] = {}
     self._labels: dict[str, np.ndarray] = {}
     self._filenames: dict[str, list[str | None]] = {}
-    # Per split: (first index, batch location) of each batch, for item names.
-    self._origins: dict[str, list[tuple[int, str]]] = {}
-    for split, files in (("train", fmt.train), ("validation", (fmt.test,))):
+    # Per official set: (first index, batch location, batch stem) of each batch, for item names.
+    self._origins: dict[str, list[tuple[int, str, str]]] = {}
+    for official, files in (("train", fmt.train), ("test", (fmt.test,))):
       batches = [decoded[base] for base in files]
-      self._images[split] = np.concatenate([b.images for b in batches])
-      self._labels[split] = np.concatenate([b.labels for b in batches])
-      self._filenames[split] = [
+      for base, batch in zip(files, batches):
+        batch.stem = base.removesuffix(".bin")
+      self._images[official] = np.concatenate([b.images for b in batches])
+      self._labels[official] = np.concatenate([b.labels for b in batches])
+      self._filenames[official] = [
           name for b in batches for name in (b.filenames or [None] * len(b.labels))]
       starts = np.cumsum([0] + [len(b.labels) for b in batches[:-1]])
-      self._origins[split] = [(int(s), b.where) for s, b in zip(starts, batches)]
+      self._origins[official] = [(int(s), b.where, b.stem) for s, b in zip(starts, batches)]
+
+  def _split(self) -> None:
+    """validation: carved from the official training set, stratified by class; train: the rest;
+    test: the official test set. Each split is (official set, positions in it)."""
+    o = self.options
+    train_labels = self._labels["train"]
+    held_out = splits.held_out_count(len(train_labels), o.validation_fraction, o.validation_size,
+                                     DEFAULT_VALIDATION_FRACTION, splits.VALIDATION)
+    parts = splits.stratified_split(train_labels, {splits.VALIDATION: held_out}, o.seed)
+    self._splits: dict[str, tuple[str, np.ndarray]] = {
+        splits.TRAIN: ("train", np.asarray(parts[splits.TRAIN], np.int64)),
+        splits.VALIDATION: ("train", np.asarray(parts[splits.VALIDATION], np.int64)),
+        splits.TEST: ("test", np.arange(len(self._labels["test"]), dtype=np.int64)),
+    }
+
+  def _locate(self, split: str, index: int) -> tuple[str, int, str, str, int]:
+    """(official set, position in it, batch location, batch stem, index in the batch)."""
+    official, positions = self._splits[split]
+    position = int(positions[index])
+    start, where, stem = next(o for o in reversed(self._origins[official]) if o[0] <= position)
+    return official, position, where, stem, position - start
 
   # ----- the Source contract
 
@@ -205,24 +256,45 @@ class Cifar10Source(Source):
     return [ClassInfo(i, name) for i, name in enumerate(self._class_names)]
 
   def split_sizes(self) -> dict[str, int]:
-    return {split: len(labels) for split, labels in self._labels.items()}
+    return {split: len(positions) for split, (_, positions) in self._splits.items()}
+
+  def split_origins(self) -> dict[str, str]:
+    train_set = f"the official training set ({self._batch_range()})"
+    return {
+        splits.TRAIN: f"{train_set} less the validation split",
+        **splits.carved([splits.VALIDATION], self.options.seed, "stratified by class",
+                        of=train_set),
+        splits.TEST: f"the official test set ({self._origins['test'][0][2]})",
+    }
+
+  def _batch_range(self) -> str:
+    stems = [stem for _, _, stem in self._origins["train"]]
+    return f"{stems[0]}..{stems[-1].rsplit('_', 1)[-1]}"
+
+  def settings(self) -> dict[str, Any]:
+    o = self.options
+    return {"seed": o.seed, "validation_fraction": o.validation_fraction,
+            "validation_size": o.validation_size}
 
   def estimated_bytes(self, split: str) -> int:
-    return len(self._labels[split]) * _PNG_BYTES
+    return len(self._splits[split][1]) * _PNG_BYTES
 
   def item_name(self, split: str, index: int) -> str:
-    start, where = next(o for o in reversed(self._origins[split]) if o[0] <= index)
-    return f"{where}[{index - start}]"
+    _, _, where, _, in_batch = self._locate(split, index)
+    return f"{where}[{in_batch}]"
 
   def pixels(self, split: str, index: int) -> np.ndarray:
     """The image as stored: [32,32,3] uint8 RGB."""
-    return self._images[split][index]
+    official, positions = self._splits[split]
+    return self._images[official][positions[index]]
 
   def record(self, split: str, index: int) -> Record:
-    image = self.pixels(split, index)
-    filename = (self._filenames[split][index]
-                or f"cifar10_{ORIGINAL_SPLITS[split]}_{index:05d}.png")
+    """source_id names the official batch and the index in it (data_batch_3_17, test_batch_4),
+    as does the filename where the pickles carry none."""
+    official, position, _, stem, in_batch = self._locate(split, index)
+    image = self._images[official][position]
+    filename = self._filenames[official][position] or f"cifar10_{stem}_{in_batch:05d}.png"
     return Record(
         encoded=images.encode_png(image), format="png", height=image.shape[0],
-        width=image.shape[1], label=int(self._labels[split][index]),
-        source_id=f"{split}_{index}", filename=filename)
+        width=image.shape[1], label=int(self._labels[official][position]),
+        source_id=f"{stem}_{in_batch}", filename=filename)

@@ -1,7 +1,9 @@
 """`mnist`: the four official IDX files (LeCun et al.), from a local folder or downloaded.
 
-Train is the 60,000-image train set; the official 10,000-image t10k ("test") set becomes
-"validation". Headers are parsed and checked rather than skipped blindly, so a wrong or cut file
+The official 10,000-image t10k set becomes `test` (read only by `nascli eval`); `validation`, on
+which the search scores trials, is carved from the official 60,000-image training set, stratified
+by class with --seed (default 10%, --validation_fraction / --validation_size), and `train` is the
+rest of it. Headers are parsed and checked rather than skipped blindly, so a wrong or cut file
 stops the conversion with its name instead of producing shifted images.
 """
 
@@ -14,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from nascli.data import download, images, reasons
+from nascli.data import download, images, reasons, splits
 from nascli.data.source import ClassInfo, ConvertOptions, Record, Source, register_source
 from nascli.errors import InputError, NascliError
 
@@ -26,11 +28,18 @@ FILES = (
     ("t10k-images-idx3-ubyte", "9fb629c4189551a2d022fa330f9573f3"),
     ("t10k-labels-idx1-ubyte", "ec29112dd5afa0611ce80d1b7f02629c"),
 )
-# Our split name -> (images stem, labels stem, the official split name).
-SPLITS = {
-    "train": ("train-images-idx3-ubyte", "train-labels-idx1-ubyte", "train"),
-    "validation": ("t10k-images-idx3-ubyte", "t10k-labels-idx1-ubyte", "test"),
+# The official sets: name -> (images stem, labels stem).
+OFFICIAL_SETS = {
+    "train": ("train-images-idx3-ubyte", "train-labels-idx1-ubyte"),
+    "test": ("t10k-images-idx3-ubyte", "t10k-labels-idx1-ubyte"),
 }
+# Our split name -> the official set its items come from.
+ORIGINAL_SPLITS = {splits.TRAIN: "train", splits.VALIDATION: "train", splits.TEST: "test"}
+# Share of the 60,000 training images held out as validation: 6,000, about one official test
+# set's size, the 54k/6k split common for MNIST.
+DEFAULT_VALIDATION_FRACTION = 0.1
+# The options that would hold out a test split: MNIST's is the official t10k set.
+_TEST_OPTIONS = ("test_source", "test_fraction", "test_size")
 # FastNN's labels.txt said "size" for six; the typo is not kept.
 CLASS_NAMES = ("zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine")
 IMAGES_MAGIC = 2051  # 0x00000803: unsigned bytes, 3 dimensions.
@@ -77,21 +86,29 @@ def _file_sha256(path: Path) -> str:
 class MnistSource(Source):
   """28x28 grey digits; pixels are decoded once in prepare() and shared with forked workers."""
 
-  reads = frozenset({"source", "channels"})
+  reads = frozenset({"source", "channels", "seed", "validation_fraction", "validation_size"})
 
   @classmethod
   def check_options(cls, options: ConvertOptions) -> None:
     if options.channels not in (None, 1, 3):
       raise NascliError(f"--channels must be 1 or 3 for mnist, got {options.channels}")
+    # The command refuses these already (they are not in `reads`); this stops an engine caller.
+    for field in _TEST_OPTIONS:
+      if getattr(options, field) is not None:
+        raise NascliError(f"--{field} does not apply to mnist: its test split is the official"
+                          f" test set ({OFFICIAL_SETS['test'][0]})")
+    fraction = options.validation_fraction
+    if fraction is not None and not 0.0 < fraction < 1.0:
+      raise NascliError(f"--validation_fraction {fraction} must be between 0 and 1")
 
   def prepare(self) -> None:
+    self.check_options(self.options)
     self.channels = self.options.channels or 1
-    if self.channels not in (1, 3):
-      raise NascliError(f"--channels must be 1 or 3 for mnist, got {self.channels}")
     self._paths = self._resolve()
+    # By official set ("train", "test").
     self._images: dict[str, np.ndarray] = {}
     self._labels: dict[str, np.ndarray] = {}
-    for split, (images_stem, labels_stem, _) in SPLITS.items():
+    for official, (images_stem, labels_stem) in OFFICIAL_SETS.items():
       images_path, labels_path = self._paths[images_stem], self._paths[labels_stem]
       pixels = _read_idx(images_path, IMAGES_MAGIC)
       labels = _read_idx(labels_path, LABELS_MAGIC)
@@ -102,9 +119,29 @@ class MnistSource(Source):
       if bad.size:
         raise InputError(f"MNIST file {labels_path} has label {labels[bad[0]]} at index"
                          f" {bad[0]}; labels are 0..{len(CLASS_NAMES) - 1}")
-      self._images[split] = pixels
-      self._labels[split] = labels
+      self._images[official] = pixels
+      self._labels[official] = labels
     self._sha256 = {stem: _file_sha256(self._paths[stem]) for stem, _ in FILES}
+    self._split()
+
+  def _split(self) -> None:
+    """validation: carved from the official training set, stratified by class; train: the rest;
+    test: the official t10k set. Each split is (official set, positions in it)."""
+    o = self.options
+    train_labels = self._labels["train"]
+    held_out = splits.held_out_count(len(train_labels), o.validation_fraction, o.validation_size,
+                                     DEFAULT_VALIDATION_FRACTION, splits.VALIDATION)
+    parts = splits.stratified_split(train_labels, {splits.VALIDATION: held_out}, o.seed)
+    self._splits: dict[str, tuple[str, np.ndarray]] = {
+        splits.TRAIN: ("train", np.asarray(parts[splits.TRAIN], np.int64)),
+        splits.VALIDATION: ("train", np.asarray(parts[splits.VALIDATION], np.int64)),
+        splits.TEST: ("test", np.arange(len(self._labels["test"]), dtype=np.int64)),
+    }
+
+  def _locate(self, split: str, index: int) -> tuple[str, int]:
+    """(official set, position in it) of item `index` of `split`."""
+    official, positions = self._splits[split]
+    return official, int(positions[index])
 
   def _resolve(self) -> dict[str, Path]:
     """The path of each official file: in --source (gzipped or not), or downloaded."""
@@ -140,7 +177,7 @@ class MnistSource(Source):
         "checksum_of": "sha256 of each file, in order " + ", ".join(
             self._paths[stem].name for stem, _ in FILES),
         "files": {self._paths[stem].name: self._sha256[stem] for stem, _ in FILES},
-        "original_splits": {split: original for split, (_, _, original) in SPLITS.items()},
+        "original_splits": dict(ORIGINAL_SPLITS),
     })
     return info
 
@@ -148,27 +185,43 @@ class MnistSource(Source):
     return [ClassInfo(i, name) for i, name in enumerate(CLASS_NAMES)]
 
   def split_sizes(self) -> dict[str, int]:
-    return {split: len(labels) for split, labels in self._labels.items()}
+    return {split: len(positions) for split, (_, positions) in self._splits.items()}
+
+  def split_origins(self) -> dict[str, str]:
+    train_set = f"the official training set ({OFFICIAL_SETS['train'][0]})"
+    return {
+        splits.TRAIN: f"{train_set} less the validation split",
+        **splits.carved([splits.VALIDATION], self.options.seed, "stratified by class",
+                        of=train_set),
+        splits.TEST: f"the official test set ({OFFICIAL_SETS['test'][0]})",
+    }
 
   def settings(self) -> dict[str, Any]:
-    return {"channels": self.channels}
+    o = self.options
+    return {"channels": self.channels, "seed": o.seed,
+            "validation_fraction": o.validation_fraction, "validation_size": o.validation_size}
 
   def estimated_bytes(self, split: str) -> int:
-    _, rows, cols = self._images[split].shape
-    return len(self._labels[split]) * rows * cols * self.channels // 3
+    official, positions = self._splits[split]
+    _, rows, cols = self._images[official].shape
+    return len(positions) * rows * cols * self.channels // 3
 
   def item_name(self, split: str, index: int) -> str:
-    return f"{self._paths[SPLITS[split][0]].name}[{index}]"
+    official, position = self._locate(split, index)
+    return f"{self._paths[OFFICIAL_SETS[official][0]].name}[{position}]"
 
   def pixels(self, split: str, index: int) -> np.ndarray:
     """The image as stored: [28,28,channels] uint8, grey replicated for 3 channels."""
-    image = self._images[split][index][:, :, None]
+    official, position = self._locate(split, index)
+    image = self._images[official][position][:, :, None]
     return np.repeat(image, 3, axis=2) if self.channels == 3 else image
 
   def record(self, split: str, index: int) -> Record:
+    """source_id and filename name the official set and the position in it (mnist_train_17:
+    item 17 of train-images-idx3-ubyte, whichever split it went to)."""
+    official, position = self._locate(split, index)
     image = self.pixels(split, index)
-    original = SPLITS[split][2]
     return Record(
         encoded=images.encode_png(image), format="png", height=image.shape[0],
-        width=image.shape[1], label=int(self._labels[split][index]),
-        source_id=f"{split}_{index}", filename=f"mnist_{original}_{index:05d}.png")
+        width=image.shape[1], label=int(self._labels[official][position]),
+        source_id=f"mnist_{official}_{position}", filename=f"mnist_{official}_{position:05d}.png")
