@@ -1,5 +1,6 @@
 """Tests for the `imagefolder` source: one sub-folder of images per class."""
 
+import hashlib
 import io
 import json
 from pathlib import Path
@@ -10,9 +11,11 @@ from PIL import Image
 import pytest
 
 from nascli.data import splits
+from nascli.data.datasets import imagefolder
 from nascli.errors import InputError, NascliError
 
 INFO = "dataset_info.json"
+SPLITS = ("train", "validation", "test")
 
 
 def _pixels(seed: int, height: int, width: int) -> np.ndarray:
@@ -84,35 +87,112 @@ def _assert_balanced(info: dict, out: Path) -> None:
     assert sum(counts) == entry["num_records"], split
 
 
-def test_folder_with_seeded_split(tmp_path, run_convert):
+def _split_examples(out: Path) -> dict[str, dict[str, dict]]:
+  return {split: _by_id(read_examples(out / f"{split}-*.tfrecord")) for split in SPLITS}
+
+
+def _pixel_hashes(examples: dict[str, dict]) -> set[str]:
+  return {hashlib.sha256(decode_image(ex["image/encoded"][0]).tobytes()).hexdigest()
+          for ex in examples.values()}
+
+
+def _assert_disjoint_and_whole(by_split: dict[str, dict[str, dict]], everything: set[str]):
+  """No decoded image is in two splits, and the splits together are `everything` (no loss)."""
+  hashes = {split: _pixel_hashes(examples) for split, examples in by_split.items()}
+  for split, examples in by_split.items():
+    assert len(hashes[split]) == len(examples), split  # the fixture's images all differ
+  for a, b in (("train", "validation"), ("train", "test"), ("validation", "test")):
+    assert not hashes[a] & hashes[b], (a, b)
+    assert not set(by_split[a]) & set(by_split[b]), (a, b)
+  assert set().union(*(set(examples) for examples in by_split.values())) == everything
+  assert sum(len(examples) for examples in by_split.values()) == len(everything)
+
+
+CARVED = ("carved from the --source folder: stratified by class"
+          " (nascli.data.splits.stratified_split), seed {}")
+
+
+def test_folder_with_stratified_split(tmp_path, run_convert):
   root = tmp_path / "data"
   expected = _make_folder(root)
-  info, _, out = run_convert("imagefolder", source=root, validation_fraction=0.25, seed=3,
-                             processes=2, num_shards=2)
+  info, _, out = run_convert("imagefolder", source=root, validation_fraction=0.25, test_size=2,
+                             seed=3, processes=2, num_shards=2)
   assert (out / "labels.txt").read_text() == "0:cat\n1:dog\n2:emu\n"
   assert info["classes"] == [{"id": 0, "name": "cat"}, {"id": 1, "name": "dog"},
                              {"id": 2, "name": "emu"}]
   assert info["num_classes"] == 3
-  train = _by_id(read_examples(out / "train-*.tfrecord"))
-  validation = _by_id(read_examples(out / "validation-*.tfrecord"))
-  # The seeded split of the whole list in relative-path order.
+  by_split = _split_examples(out)
+  # One stratified split of the whole list in relative-path order, test cut first.
   rels = sorted(expected)
-  train_pos, val_pos = splits.seeded_split(len(rels), 2, 3)
-  assert set(validation) == {rels[i] for i in val_pos}
-  assert set(train) == {rels[i] for i in train_pos}
-  for rel, example in {**train, **validation}.items():
-    _assert_matches(example, expected[rel])
-  assert info["splits"]["train"]["num_records"] == 6
-  assert info["splits"]["validation"]["num_records"] == 2
+  want = splits.stratified_split([expected[r]["label"] for r in rels],
+                                 {"test": 2, "validation": 2}, 3)
+  for split in SPLITS:
+    assert set(by_split[split]) == {rels[i] for i in want[split]}, split
+  _assert_disjoint_and_whole(by_split, set(expected))
+  for examples in by_split.values():
+    for rel, example in examples.items():
+      _assert_matches(example, expected[rel])
+  assert [info["splits"][s]["num_records"] for s in SPLITS] == [4, 2, 2]
+  assert list(info["splits"]) == list(SPLITS)
   _assert_balanced(info, out)
+  origins = {split: info["splits"][split]["origin"] for split in SPLITS}
+  assert origins == {
+      "train": "the --source folder, less the test and validation images carved from it",
+      "validation": CARVED.format(3), "test": CARVED.format(3)}
+  assert info["splits"]["test"]["role"] == splits.ROLES["test"]
   source = info["source"]
   assert source["kind"] == "folder" and source["path"] == str(root)
   assert source["checksum_of"] == "listing" and len(source["sha256"]) == 64
   assert source["num_images"] == 8
   assert source["ignored_files"] == 2  # README.md and cat/notes.txt; hidden files not counted
   assert set(source["ignored_examples"]) == {"README.md", "cat/notes.txt"}
-  assert info["settings"]["seed"] == 3 and info["settings"]["validation_fraction"] == 0.25
+  assert source["validation_split"] == source["test_split"] == "carved from --source"
+  assert source["split_rule"] == imagefolder.CARVE_RULE and source["seed"] == 3
+  assert source["split_sizes"] == {"train": 4, "validation": 2, "test": 2}
+  settings = info["settings"]
+  assert settings["seed"] == 3 and settings["validation_fraction"] == 0.25
+  assert settings["test_size"] == 2 and settings["test_fraction"] is None
   assert not (out / ".nascli-work").exists()
+
+
+def _make_uneven(root: Path) -> dict[str, int]:
+  """35 tiny distinct PNGs in classes of 20, 10 and 5; label by relative path."""
+  labels = {}
+  for label, (name, count) in enumerate((("ant", 20), ("bee", 10), ("cow", 5))):
+    for i in range(count):
+      rel = f"{name}/{i:02d}.png"
+      _save(root / rel, _pixels(100 * label + i, 2, 2), "PNG")
+      labels[rel] = label
+  return labels
+
+
+@pytest.mark.parametrize("options,sizes", [
+    ({}, {"train": 27, "validation": 4, "test": 4}),  # 0.1 each: round(3.5) = 4
+    ({"test_fraction": 0.2, "validation_size": 6}, {"train": 22, "validation": 6, "test": 7}),
+    ({"test_size": 9, "validation_fraction": 0.3, "seed": 5},
+     {"train": 16, "validation": 10, "test": 9}),  # round(10.5) = 10
+])
+def test_carved_splits_are_stratified_disjoint_and_whole(tmp_path, run_convert, options, sizes):
+  root = tmp_path / "data"
+  labels = _make_uneven(root)
+  info, _, out = run_convert("imagefolder", source=root, **options)
+  by_split = _split_examples(out)
+  assert {split: len(by_split[split]) for split in SPLITS} == sizes
+  assert {split: info["splits"][split]["num_records"] for split in SPLITS} == sizes
+  assert info["source"]["split_sizes"] == sizes
+  _assert_disjoint_and_whole(by_split, set(labels))
+  share = {0: 20 / 35, 1: 10 / 35, 2: 5 / 35}
+  for split in ("validation", "test"):
+    counts = {c: 0 for c in share}
+    for rel, example in by_split[split].items():
+      assert example["image/class/label"] == [labels[rel]]
+      counts[labels[rel]] += 1
+    for c, fraction in share.items():
+      assert abs(counts[c] - sizes[split] * fraction) <= 1, (split, c, counts)
+  seed = options.get("seed", 0)
+  assert info["splits"]["test"]["origin"] == CARVED.format(seed)
+  assert info["splits"]["validation"]["origin"] == CARVED.format(seed)
+  assert info["source"]["seed"] == seed
 
 
 def test_split_is_deterministic_and_seeded(tmp_path, run_convert):
@@ -126,51 +206,177 @@ def test_split_is_deterministic_and_seeded(tmp_path, run_convert):
   assert shas(info_a) == shas(info_b)
   assert shas(info_a) != shas(info_c)
   assert info_c["splits"]["validation"]["num_records"] == 3
+  assert info_c["splits"]["test"]["num_records"] == 1  # round(0.8)
   assert len(read_examples(out_c / "validation-*.tfrecord")) == 3
+  # Another test size is other settings: refused over the finished output, not reused.
+  with pytest.raises(NascliError, match="--overwrite"):
+    run_convert("imagefolder", tmp_path / "a", source=root, validation_size=3, test_size=2)
+  info_d, _, _ = run_convert("imagefolder", tmp_path / "a", source=root, validation_size=3,
+                             test_size=2, overwrite=True)
+  assert info_d["splits"]["test"]["num_records"] == 2
+  assert info_d["fingerprint"] != info_a["fingerprint"]
+
+
+def _held_folder(root: Path, files, first_seed: int) -> dict[str, dict]:
+  out = {}
+  for k, (rel, label) in enumerate(files):
+    pixels = _pixels(first_seed + k, 4, 5)
+    out[rel] = {"label": label, "fmt": "PNG", "pixels": pixels,
+                "bytes": _save(root / rel, pixels, "PNG")}
+  return out
 
 
 def test_validation_source(tmp_path, run_convert):
   root = tmp_path / "data"
   expected = _make_folder(root)
   val = tmp_path / "val"
-  val_expected = {}
-  for rel, label, seed in (("cat/v1.png", 0, 20), ("emu/v2.png", 2, 21)):  # no dog: fine
-    pixels = _pixels(seed, 4, 5)
-    val_expected[rel] = {"label": label, "fmt": "PNG", "pixels": pixels,
-                         "bytes": _save(val / rel, pixels, "PNG")}
-  info, _, out = run_convert("imagefolder", source=root, validation_source=val)
-  train = _by_id(read_examples(out / "train-*.tfrecord"))
-  validation = _by_id(read_examples(out / "validation-*.tfrecord"))
-  assert set(train) == set(expected)
-  assert set(validation) == set(val_expected)
-  for rel, example in train.items():
-    _assert_matches(example, expected[rel])
-  for rel, example in validation.items():
+  val_expected = _held_folder(val, (("cat/v1.png", 0), ("emu/v2.png", 2)), 20)  # no dog: fine
+  info, _, out = run_convert("imagefolder", source=root, validation_source=val, test_size=2)
+  by_split = _split_examples(out)
+  assert set(by_split["validation"]) == set(val_expected)
+  # test is carved from --source alone (stratified, seed 0), the rest is train.
+  rels = sorted(expected)
+  want = splits.stratified_split([expected[r]["label"] for r in rels], {"test": 2}, 0)
+  assert set(by_split["test"]) == {rels[i] for i in want["test"]}
+  assert set(by_split["train"]) == {rels[i] for i in want["train"]}
+  assert set(by_split["train"]) | set(by_split["test"]) == set(expected)
+  _assert_disjoint_and_whole(by_split, set(expected) | set(val_expected))
+  for split in ("train", "test"):
+    for rel, example in by_split[split].items():
+      _assert_matches(example, expected[rel])
+  for rel, example in by_split["validation"].items():
     _assert_matches(example, val_expected[rel])
-  assert info["source"]["validation_source"]["path"] == str(val)
-  assert info["source"]["validation_source"]["num_images"] == 2
-  assert info["source"]["validation_split"] == "validation_source"
+  source = info["source"]
+  assert source["validation_source"]["path"] == str(val)
+  assert source["validation_source"]["num_images"] == 2
+  assert source["validation_split"] == "--validation_source"
+  assert source["test_split"] == "carved from --source"
+  assert source["checksum_of"] == "listing of --source and --validation_source"
+  assert info["splits"]["validation"]["origin"] == "the --validation_source folder"
+  assert info["splits"]["test"]["origin"] == CARVED.format(0)
+  assert info["splits"]["train"]["origin"] == (
+      "the --source folder, less the test images carved from it")
+  assert info["settings"]["validation_source"] is True
+  assert info["settings"]["test_source"] is False
 
 
-def test_validation_source_with_unknown_class(tmp_path, run_convert):
+def test_test_source(tmp_path, run_convert):
+  root = tmp_path / "data"
+  expected = _make_folder(root)
+  test = tmp_path / "test"
+  test_expected = _held_folder(test, (("dog/t1.png", 1), ("emu/t2.png", 2), ("emu/t3.png", 2)),
+                               40)
+  info, _, out = run_convert("imagefolder", tmp_path / "a", source=root, test_source=test,
+                             validation_size=2, seed=4)
+  by_split = _split_examples(out)
+  assert set(by_split["test"]) == set(test_expected)
+  rels = sorted(expected)
+  want = splits.stratified_split([expected[r]["label"] for r in rels], {"validation": 2}, 4)
+  assert set(by_split["validation"]) == {rels[i] for i in want["validation"]}
+  _assert_disjoint_and_whole(by_split, set(expected) | set(test_expected))
+  for rel, example in by_split["test"].items():
+    _assert_matches(example, test_expected[rel])
+  source = info["source"]
+  assert source["test_source"]["path"] == str(test) and source["test_source"]["num_images"] == 3
+  assert source["test_split"] == "--test_source"
+  assert source["validation_split"] == "carved from --source"
+  assert source["checksum_of"] == "listing of --source and --test_source"
+  assert info["splits"]["test"]["origin"] == "the --test_source folder"
+  assert info["splits"]["validation"]["origin"] == CARVED.format(4)
+  assert info["settings"]["test_source"] is True
+  assert [info["splits"][s]["num_records"] for s in SPLITS] == [6, 2, 3]
+  # The listing checksum covers --test_source: another test image is another source.
+  _held_folder(test, (("dog/t4.png", 1),), 50)
+  info_b, _, _ = run_convert("imagefolder", tmp_path / "b", source=root, test_source=test,
+                             validation_size=2, seed=4)
+  assert info_b["source"]["sha256"] != source["sha256"]
+  assert info_b["source"]["test_source"]["num_images"] == 4
+  assert info_b["fingerprint"]["source_checksum"] != info["fingerprint"]["source_checksum"]
+
+
+def test_both_sources_leave_source_whole(tmp_path, run_convert):
+  root = tmp_path / "data"
+  expected = _make_folder(root)
+  val = _held_folder(tmp_path / "val", (("cat/v.png", 0),), 60)
+  test = _held_folder(tmp_path / "test", (("dog/t.png", 1),), 70)
+  info, _, out = run_convert("imagefolder", source=root, validation_source=tmp_path / "val",
+                             test_source=tmp_path / "test")
+  by_split = _split_examples(out)
+  assert set(by_split["train"]) == set(expected)
+  assert set(by_split["validation"]) == set(val) and set(by_split["test"]) == set(test)
+  assert info["splits"]["train"]["origin"] == "the --source folder"
+  assert "split_rule" not in info["source"]
+  assert info["source"]["checksum_of"] == (
+      "listing of --source and --validation_source and --test_source")
+
+
+@pytest.mark.parametrize("part", ["validation", "test"])
+def test_held_out_source_with_unknown_class(tmp_path, run_convert, part):
   root = tmp_path / "data"
   _make_folder(root)
-  _save(tmp_path / "val" / "cat" / "v.png", _pixels(1, 2, 2), "PNG")
-  _save(tmp_path / "val" / "zebra" / "z.png", _pixels(2, 2, 2), "PNG")
+  _save(tmp_path / "held" / "cat" / "v.png", _pixels(1, 2, 2), "PNG")
+  _save(tmp_path / "held" / "zebra" / "z.png", _pixels(2, 2, 2), "PNG")
   out = tmp_path / "out"
   with pytest.raises(InputError, match="zebra") as e:
-    run_convert("imagefolder", out, source=root, validation_source=tmp_path / "val")
+    run_convert("imagefolder", out, source=root, **{f"{part}_source": tmp_path / "held"})
+  assert str(e.value).startswith(f"{part} class folder ")
   assert "\n" not in str(e.value)
   assert not (out / INFO).exists()
 
 
-def test_validation_source_and_fraction_conflict(tmp_path, run_convert):
+@pytest.mark.parametrize("part,flag,value", [
+    ("validation", "validation_fraction", 0.5), ("validation", "validation_size", 2),
+    ("test", "test_fraction", 0.5), ("test", "test_size", 2)])
+def test_held_out_source_and_size_conflict(tmp_path, run_convert, part, flag, value):
   root = tmp_path / "data"
   _make_folder(root)
-  _save(tmp_path / "val" / "cat" / "v.png", _pixels(1, 2, 2), "PNG")
-  with pytest.raises(NascliError, match="--validation_source"):
-    run_convert("imagefolder", source=root, validation_source=tmp_path / "val",
-                validation_fraction=0.5)
+  _save(tmp_path / "held" / "cat" / "v.png", _pixels(1, 2, 2), "PNG")
+  options = {f"{part}_source": tmp_path / "held", flag: value}
+  with pytest.raises(NascliError) as e:
+    run_convert("imagefolder", source=root, **options)
+  assert str(e.value) == (f"give --{part}_source or --{part}_fraction/--{part}_size, not both")
+  with pytest.raises(NascliError, match=f"--{part}_source"):  # before anything is read
+    imagefolder.ImageFolderSource.check_options(imagefolder.ConvertOptions(**options))
+
+
+@pytest.mark.parametrize("options,culprit", [
+    ({"test_size": 8}, "--test_size 8 must be between 1 and 7 for 8 images"),
+    ({"test_fraction": 1.5}, "--test_fraction 1.5 must be between 0 and 1"),
+    ({"validation_size": 0}, "--validation_size 0 must be between 1 and 7"),
+    ({"test_size": 4, "validation_size": 4}, "pass smaller --test_size / --validation_size"),
+    ({"test_size": 2, "test_fraction": 0.2}, "give --test_size or --test_fraction, not both"),
+])
+def test_bad_held_out_sizes(tmp_path, run_convert, options, culprit):
+  root = tmp_path / "data"
+  _make_folder(root)
+  out = tmp_path / "out"
+  with pytest.raises(NascliError) as e:
+    run_convert("imagefolder", out, source=root, **options)
+  assert culprit in str(e.value) and "\n" not in str(e.value)
+  assert not (out / INFO).exists()
+
+
+def test_bad_test_fraction_refused_before_reading(tmp_path):
+  with pytest.raises(NascliError, match="--test_fraction 1.0 must be between 0 and 1"):
+    imagefolder.ImageFolderSource.check_options(imagefolder.ConvertOptions(test_fraction=1.0))
+
+
+def test_too_few_images_to_carve(tmp_path, run_convert):
+  root = tmp_path / "data"
+  _save(root / "cat" / "a.png", _pixels(1, 2, 2), "PNG")
+  _save(root / "cat" / "b.png", _pixels(2, 2, 2), "PNG")
+  out = tmp_path / "out"
+  with pytest.raises(InputError) as e:
+    run_convert("imagefolder", out, source=root)
+  message = str(e.value)
+  assert message == (f"--source {root} holds 2 image(s); carving test and validation from it"
+                     " needs at least 3 (or pass --test_source and --validation_source)")
+  assert not (out / INFO).exists()
+  # With --validation_source only test is carved: 2 images are enough.
+  _save(tmp_path / "val" / "cat" / "v.png", _pixels(3, 2, 2), "PNG")
+  info, _, _ = run_convert("imagefolder", tmp_path / "ok", source=root,
+                           validation_source=tmp_path / "val")
+  assert [info["splits"][s]["num_records"] for s in SPLITS] == [1, 1, 1]
 
 
 def test_label_map_fixes_ids(tmp_path, run_convert):
@@ -271,7 +477,7 @@ def test_truncated_jpeg_skipped(tmp_path, run_convert):
   root = tmp_path / "data"
   broken = _with_truncated_jpeg(root)
   info, _, out = run_convert("imagefolder", source=root, skip_corrupt=True, processes=2,
-                             num_shards=2, validation_size=4)
+                             num_shards=2, validation_size=4, test_size=3)
   on_disk = json.loads((out / INFO).read_text())
   skipped = {split: entry["skipped_corrupt"] for split, entry in on_disk["splits"].items()}
   items = [s["item"] for entries in skipped.values() for s in entries]
@@ -281,6 +487,6 @@ def test_truncated_jpeg_skipped(tmp_path, run_convert):
   # 15 images, one skipped: 14 written, none of them the broken file.
   examples = _by_id(read_examples(out / "*.tfrecord"))
   assert len(examples) == 14 and broken not in examples
-  assert info["splits"]["train"]["num_records"] + info["splits"]["validation"]["num_records"] == 14
-  assert {"train": 11, "validation": 4}[split] - 1 == info["splits"][split]["num_records"]
+  assert sum(info["splits"][s]["num_records"] for s in SPLITS) == 14
+  assert {"train": 8, "validation": 4, "test": 3}[split] - 1 == info["splits"][split]["num_records"]
   _assert_balanced(info, out)

@@ -3,6 +3,11 @@
 Both index image files in the parent process (sorted relative paths, so the order does not depend
 on the filesystem), check that each file decodes in the workers, and store JPEG/PNG bytes as they
 are; other formats are re-encoded to PNG because Model Garden's decoders read only JPEG and PNG.
+
+Both write three splits: `train`, `validation` (what the search scores on) and `test` (only
+`nascli eval` reads it). imagefolder takes validation and test from --validation_source /
+--test_source folders, or carves the missing ones from --source in one stratified split;
+flowers carves both by FastNN's shuffle (FLOWERS_RULE).
 """
 
 import dataclasses
@@ -21,6 +26,11 @@ from nascli.errors import InputError, NascliError
 
 IMAGE_EXTENSIONS = frozenset({".jpg", ".jpeg", ".png", ".bmp", ".gif", ".tif", ".tiff", ".webp"})
 DEFAULT_VALIDATION_FRACTION = 0.1
+DEFAULT_TEST_FRACTION = 0.1  # 80/10/10 with the validation default
+# The held-out parts carved from --source, in the order stratified_split cuts them.
+_CARVE_ORDER = (splits.TEST, splits.VALIDATION)
+CARVE_RULE = ("nascli.data.splits.stratified_split over the images of --source in relative-path"
+              " order, labels = class ids, test cut before validation")
 _LABEL_ID = re.compile(r"^\s*(\d+)\s*$", re.ASCII)
 _MAX_EXAMPLES = 5
 
@@ -30,9 +40,12 @@ FLOWERS_ARCHIVE = "flower_photos.tgz"
 FLOWERS_FOLDER = "flower_photos"
 FLOWERS_CLASSES = ("daisy", "dandelion", "roses", "sunflowers", "tulips")
 FLOWERS_VALIDATION_SIZE = 350  # FastNN's (TF-slim's) _NUM_VALIDATION.
+FLOWERS_TEST_SIZE = 350  # nascli's: FastNN has no test split; as many as its validation.
 FLOWERS_RULE = ("FastNN: all image paths sorted by relative path, shuffled with"
-                " random.Random(seed).shuffle; the first validation_size are validation, the rest"
-                " train (each split then kept in relative-path order)")
+                " random.Random(seed).shuffle; the first validation_size are validation"
+                " (FastNN's split, unchanged), the next test_size are test (nascli's addition:"
+                " FastNN has no test split), the rest train (each split then kept in"
+                " relative-path order); not stratified")
 
 
 def _show(text: Any) -> str:
@@ -167,19 +180,33 @@ def _file_sha256(path: Path) -> str:
   return download.file_digest(path, "sha256")
 
 
+_DEFAULT_FRACTIONS = {splits.VALIDATION: DEFAULT_VALIDATION_FRACTION,
+                      splits.TEST: DEFAULT_TEST_FRACTION}
+
+
+def _refuse_source_and_size(options: ConvertOptions, part: str) -> None:
+  if (getattr(options, f"{part}_fraction") is not None
+      or getattr(options, f"{part}_size") is not None):
+    raise NascliError(f"give --{part}_source or --{part}_fraction/--{part}_size, not both")
+
+
 @register_source("imagefolder")
 class ImageFolderSource(Source):
   """A folder with one sub-folder of images per class (class ids: sorted names, or --label_map)."""
 
   needs_check = True
   reads = frozenset({"source", "validation_source", "seed", "validation_fraction",
-                     "validation_size", "label_map"})
+                     "validation_size", "test_source", "test_fraction", "test_size",
+                     "label_map"})
 
   @classmethod
   def check_options(cls, options: ConvertOptions) -> None:
-    if options.validation_fraction is not None and not 0.0 < options.validation_fraction < 1.0:
-      raise NascliError(f"--validation_fraction {options.validation_fraction} must be between 0"
-                        " and 1")
+    for part in splits.HELD_OUT:
+      fraction = getattr(options, f"{part}_fraction")
+      if fraction is not None and not 0.0 < fraction < 1.0:
+        raise NascliError(f"--{part}_fraction {fraction} must be between 0 and 1")
+      if getattr(options, f"{part}_source", None) is not None:
+        _refuse_source_and_size(options, part)
     if options.label_map is not None:
       read_label_map(Path(options.label_map))
 
@@ -197,12 +224,17 @@ class ImageFolderSource(Source):
       self._classes = [ClassInfo(i, name) for i, name in enumerate(names)]
     self._class_ids = {c.name: c.id for c in self._classes}
     self._train_folder = _scan(root, self._class_ids, names)
-    self._validation_folder = None
-    if self.options.validation_source is not None:
-      self._splits = {"train": self._train_folder.items,
-                      "validation": self._scan_validation(Path(self.options.validation_source))}
-    else:
-      self._splits = self._split(self._train_folder.items)
+    # The held-out parts given as folders (--validation_source, --test_source), by part.
+    self._held_folders: dict[str, _Folder] = {}
+    for part in splits.HELD_OUT:
+      folder = getattr(self.options, f"{part}_source")
+      if folder is not None:
+        self._held_folders[part] = self._scan_held(Path(folder), part)
+    self._carved = [part for part in _CARVE_ORDER if part not in self._held_folders]
+    parts = self._split(self._train_folder.items, self._carved)
+    for part, folder in self._held_folders.items():
+      parts[part] = folder.items
+    self._splits = {part: parts[part] for part in (splits.TRAIN, splits.VALIDATION, splits.TEST)}
 
   # ----- hooks for sub-classes
 
@@ -212,47 +244,67 @@ class ImageFolderSource(Source):
       raise InputError("imagefolder needs --source DIR (a folder with one sub-folder per class)")
     return Path(self.options.source)
 
-  def _split(self, items: list[_Item]) -> dict[str, list[_Item]]:
-    """A seeded split of the whole (sorted) list, so it depends only on the listing and seed."""
+  def _split(self, items: list[_Item], carve: list[str]) -> dict[str, list[_Item]]:
+    """{"train": ..., part: ...} for each part in `carve`, cut from the whole (sorted) list in
+    one stratified split, so it depends only on the listing, the sizes and the seed."""
+    if not carve:
+      return {splits.TRAIN: list(items)}
     n = len(items)
-    if n < 2:
-      raise InputError(f"--source {_show(self._train_folder.root)} holds {n} image(s); a"
-                       " train/validation split needs at least 2 (or pass --validation_source)")
-    num_validation = splits.validation_count(n, self.options.validation_fraction,
-                                             self.options.validation_size,
-                                             DEFAULT_VALIDATION_FRACTION)
-    train, validation = splits.seeded_split(n, num_validation, self.options.seed)
-    return {"train": [items[i] for i in train], "validation": [items[i] for i in validation]}
+    if n <= len(carve):
+      flags = " and ".join(f"--{part}_source" for part in carve)
+      raise InputError(f"--source {_show(self._train_folder.root)} holds {n} image(s); carving"
+                       f" {' and '.join(carve)} from it needs at least {len(carve) + 1} (or pass"
+                       f" {flags})")
+    sizes = {part: splits.held_out_count(n, getattr(self.options, f"{part}_fraction"),
+                                         getattr(self.options, f"{part}_size"),
+                                         _DEFAULT_FRACTIONS[part], part) for part in carve}
+    positions = splits.stratified_split([item.label for item in items], sizes, self.options.seed)
+    return {part: [items[i] for i in positions[part]] for part in (splits.TRAIN, *carve)}
+
+  def split_origins(self) -> dict[str, str]:
+    origins = {splits.TRAIN: "the --source folder" + (
+        f", less the {' and '.join(self._carved)} images carved from it" if self._carved else "")}
+    for part in self._held_folders:
+      origins[part] = f"the --{part}_source folder"
+    origins.update(splits.carved(self._carved, self.options.seed,
+                                 "stratified by class (nascli.data.splits.stratified_split)",
+                                 of="the --source folder"))
+    return origins
 
   def _split_info(self) -> dict[str, Any]:
-    if self._validation_folder is not None:
-      return {"validation_split": "validation_source"}
-    return {"validation_split": "seeded: nascli.data.splits.seeded_split over the items in"
-                                " relative-path order"}
+    info: dict[str, Any] = {f"{part}_split": (f"--{part}_source" if part in self._held_folders
+                                               else "carved from --source")
+                            for part in splits.HELD_OUT}
+    if self._carved:
+      info.update(split_rule=CARVE_RULE, seed=self.options.seed)
+    info["split_sizes"] = self.split_sizes()
+    return info
 
   # -----
 
-  def _scan_validation(self, root: Path) -> list[_Item]:
-    if self.options.validation_fraction is not None or self.options.validation_size is not None:
-      raise NascliError("give --validation_source or --validation_fraction/--validation_size,"
-                        " not both")
-    names = _class_folders(root, "--validation_source")
+  def _scan_held(self, root: Path, part: str) -> _Folder:
+    """The --{part}_source folder: its classes must be classes of --source."""
+    _refuse_source_and_size(self.options, part)
+    flag = f"--{part}_source"
+    names = _class_folders(root, flag)
     for name in names:
       if name not in self._class_ids:
-        raise InputError(f"validation class folder {_show(root / name)} is not a class of"
+        raise InputError(f"{part} class folder {_show(root / name)} is not a class of"
                          f" --source {_show(self._train_folder.root)}")
-    self._validation_folder = _scan(root, self._class_ids, names)
-    return self._validation_folder.items
+    return _scan(root, self._class_ids, names)
 
   def source_info(self) -> dict[str, Any]:
     info = self._folder_info(self._train_folder)
-    if self._validation_folder is not None:
-      validation = self._folder_info(self._validation_folder)
-      info["validation_source"] = validation
-      # The fingerprint reads only the top-level checksum, so it must cover both folders.
+    if self._held_folders:
+      checksums = [("--source", info["sha256"])]
+      for part, folder in self._held_folders.items():
+        held = self._folder_info(folder)
+        info[f"{part}_source"] = held
+        checksums.append((f"--{part}_source", held["sha256"]))
+      # The fingerprint reads only the top-level checksum, so it must cover every folder.
       info["sha256"] = hashlib.sha256(
-          f"{info['sha256']}\n{validation['sha256']}\n".encode()).hexdigest()
-      info["checksum_of"] = "listing of --source and --validation_source"
+          "".join(f"{flag}\t{sha}\n" for flag, sha in checksums).encode()).hexdigest()
+      info["checksum_of"] = "listing of " + " and ".join(flag for flag, _ in checksums)
     if self.options.label_map is not None:
       info["label_map"] = {"path": str(self.options.label_map),
                            "sha256": self._label_map_sha256()}
@@ -279,7 +331,9 @@ class ImageFolderSource(Source):
   def settings(self) -> dict[str, Any]:
     return {"seed": self.options.seed, "validation_fraction": self.options.validation_fraction,
             "validation_size": self.options.validation_size,
-            "validation_source": self._validation_folder is not None,
+            "validation_source": "validation" in self._held_folders,
+            "test_fraction": self.options.test_fraction, "test_size": self.options.test_size,
+            "test_source": "test" in self._held_folders, "split_rule": "stratified",
             "label_map_sha256": self._label_map_sha256()}
 
   def estimated_bytes(self, split: str) -> int:
@@ -319,7 +373,8 @@ class ImageFolderSource(Source):
 class FlowersSource(ImageFolderSource):
   """TensorFlow's 3,670 flower photos in 5 classes, split the way FastNN (TF-slim) splits them."""
 
-  reads = frozenset({"source", "seed", "validation_fraction", "validation_size", "label_map"})
+  reads = frozenset({"source", "seed", "validation_fraction", "validation_size", "test_fraction",
+                     "test_size", "label_map"})
 
   def _resolve_root(self) -> Path:
     source = self.options.source
@@ -362,32 +417,60 @@ class FlowersSource(ImageFolderSource):
                        f" (expected only {', '.join(FLOWERS_CLASSES)})")
     return root
 
-  def _split(self, items: list[_Item]) -> dict[str, list[_Item]]:
-    """FastNN's rule: shuffle every path with the seed, the first ones are validation."""
+  def _split(self, items: list[_Item], carve: list[str]) -> dict[str, list[_Item]]:
+    """FastNN's rule: shuffle every path with the seed, the first ones are validation; the next
+    ones are test."""
     n = len(items)
-    if self.options.validation_fraction is None and self.options.validation_size is None:
-      if n <= FLOWERS_VALIDATION_SIZE:
-        raise InputError(f"flowers folder {_show(self._train_folder.root)} holds only {n} images,"
-                         f" too few for the default {FLOWERS_VALIDATION_SIZE} validation images;"
-                         " pass --validation_size")
-      num_validation = FLOWERS_VALIDATION_SIZE
-    else:
-      num_validation = splits.validation_count(n, self.options.validation_fraction,
-                                               self.options.validation_size,
-                                               DEFAULT_VALIDATION_FRACTION)
+    root = self._train_folder.root
+    sizes = {}
+    for part, default in ((splits.VALIDATION, FLOWERS_VALIDATION_SIZE),
+                          (splits.TEST, FLOWERS_TEST_SIZE)):
+      fraction = getattr(self.options, f"{part}_fraction")
+      size = getattr(self.options, f"{part}_size")
+      if fraction is None and size is None:
+        sizes[part] = default
+      else:
+        sizes[part] = splits.held_out_count(n, fraction, size, _DEFAULT_FRACTIONS[part], part)
+    if sizes[splits.VALIDATION] + sizes[splits.TEST] >= n:
+      flags = " / ".join(f"--{part}_size" for part in sizes)
+      raise InputError(f"flowers folder {_show(root)} holds only {n} images, too few for"
+                       f" {sizes[splits.VALIDATION]} validation + {sizes[splits.TEST]} test images"
+                       f" (default {FLOWERS_VALIDATION_SIZE} each) and some to train on; pass"
+                       f" smaller {flags}")
     order = list(range(n))
     random.Random(self.options.seed).shuffle(order)
-    self._num_validation = num_validation
-    return {"train": [items[i] for i in sorted(order[num_validation:])],
-            "validation": [items[i] for i in sorted(order[:num_validation])]}
+    num_validation, num_test = sizes[splits.VALIDATION], sizes[splits.TEST]
+    self._sizes = sizes
+    cut = {splits.VALIDATION: order[:num_validation],
+           splits.TEST: order[num_validation:num_validation + num_test],
+           splits.TRAIN: order[num_validation + num_test:]}
+    return {part: [items[i] for i in sorted(positions)] for part, positions in cut.items()}
 
-  def _scan_validation(self, root: Path) -> list[_Item]:
-    raise NascliError("flowers takes no --validation_source: its validation split is drawn from"
-                      " the archive")
+  def _scan_held(self, root: Path, part: str) -> _Folder:
+    raise NascliError(f"flowers takes no --{part}_source: its {part} split is drawn from the"
+                      " archive")
+
+  def split_origins(self) -> dict[str, str]:
+    v, t = self._sizes[splits.VALIDATION], self._sizes[splits.TEST]
+    how = ("all image paths in relative-path order shuffled with random.Random(seed).shuffle,"
+           " then {} (not stratified)")
+    return {
+        splits.TRAIN: (f"flower_photos: the images after the first {v + t} of FastNN's shuffled"
+                       " order (FLOWERS_RULE)"),
+        **splits.carved([splits.VALIDATION], self.options.seed,
+                        how.format(f"the first {v} (FastNN's validation split)"),
+                        of="flower_photos"),
+        **splits.carved([splits.TEST], self.options.seed,
+                        how.format(f"the next {t} after the {v} validation images"),
+                        of="flower_photos"),
+    }
 
   def _split_info(self) -> dict[str, Any]:
-    return {"validation_split": FLOWERS_RULE, "validation_size": self._num_validation,
-            "seed": self.options.seed}
+    return {"validation_split": "carved from flower_photos",
+            "test_split": "carved from flower_photos", "split_rule": FLOWERS_RULE,
+            "seed": self.options.seed,
+            "validation_size": self._sizes[splits.VALIDATION],
+            "test_size": self._sizes[splits.TEST], "split_sizes": self.split_sizes()}
 
   def source_info(self) -> dict[str, Any]:
     info = super().source_info()
@@ -397,4 +480,4 @@ class FlowersSource(ImageFolderSource):
     return info
 
   def settings(self) -> dict[str, Any]:
-    return {**super().settings(), "validation_rule": "fastnn"}
+    return {**super().settings(), "split_rule": "fastnn, test next"}
