@@ -1,4 +1,5 @@
-"""The engine behind `nascli eval`: a checkpoint's metrics on validation data."""
+"""The engine behind `nascli eval`: a checkpoint's metrics on the held-out test split (or the
+split or files asked for), and what they were measured on."""
 
 import contextlib
 import dataclasses
@@ -26,25 +27,81 @@ class EvalArgs:
   steps: int = -1
   output: str | None = None
   verbose: bool = False
+  split: str | None = None  # None: test where the data has it, else the run's validation data
+
+
+# The splits of a converted data set `eval` can report (nascli.data.splits says what each is for).
+SPLITS = ("test", "validation")
+
+
+@dataclasses.dataclass
+class EvalData:
+  """What an evaluation reads, and what its numbers are therefore a claim about."""
+  path: str | None  # None: the validation data the run trained with (its params.yaml)
+  split: str  # "test", "validation", or "files" (--validation_data_path)
+  num_records: int | None = None
+  where: str = ""
+  note: str | None = None
+
+  def describe(self) -> str:
+    count = f"{self.num_records} images, " if self.num_records else ""
+    if self.split == "files":
+      return f"evaluated on: the files {self.where} (not a split of a converted data set)"
+    held = ("held out: no search, proxy tool or training read it" if self.split == "test" else
+            "the split the search scored and training evaluated on, not a held-out estimate")
+    return f"evaluated on: the {self.split} split of {self.where} ({count}{held})"
+
+
+def check_split(split: str | None, validation_data_path: str | None) -> None:
+  if split is None:
+    return
+  if split not in SPLITS:
+    raise NascliError(f"--split {split!r}: choose {' or '.join(SPLITS)}")
+  if validation_data_path:
+    raise NascliError("--split names a split of a converted data set; --validation_data_path"
+                      " gives the files themselves: give one of them")
+
+
+def _folder_of(pattern: str) -> str:
+  first = pattern.split(",")[0].strip()
+  if storage.is_gcs(first):
+    return first.rpartition("/")[0] if any(c in first for c in "*?[") else first.rstrip("/")
+  return first if os.path.isdir(first) else os.path.dirname(first)
+
+
+def eval_data(args: EvalArgs, run_validation: str) -> EvalData:
+  """The data `eval` reads: --validation_data_path as given, else the asked split (default
+  test) of --dataset_dir or of the data set the run trained on."""
+  from tf_vision import params as params_lib  # pylint: disable=g-import-not-at-top
+  if args.validation_data_path:
+    return EvalData(args.validation_data_path, "files", where=args.validation_data_path)
+  folder = args.dataset_dir.rstrip("/") if args.dataset_dir else _folder_of(run_validation)
+  info = params_lib._dataset_info_near(folder)  # pylint: disable=protected-access
+  found = (info or {}).get("splits", {})
+  split = args.split or "test"
+  if split in found:
+    join = storage.join if storage.is_gcs(folder) else os.path.join
+    return EvalData(join(folder, found[split]["file_pattern"]), split,
+                    int(found[split]["num_records"]), where=folder)
+  what = (f"--dataset_dir {folder}" if args.dataset_dir else f"the run's data {folder}")
+  if args.split is not None or "validation" not in found and args.dataset_dir:
+    known = ", ".join(found) if found else "no dataset_info.json"
+    raise NascliError(f"{what} has no {split} split ({known})")
+  note = (f"{what} has no test split ({'converted by an older nascli' if info else 'not written'}"
+          " by `nascli convert-data`): evaluating on the validation data the run trained with,"
+          " which is not a held-out estimate; convert the data again for a test split")
+  if args.dataset_dir:
+    join = storage.join if storage.is_gcs(folder) else os.path.join
+    return EvalData(join(folder, found["validation"]["file_pattern"]), "validation",
+                    int(found["validation"]["num_records"]), where=folder, note=note)
+  records = int(found["validation"]["num_records"]) if "validation" in found else None
+  return EvalData(None, "validation", records, where=folder, note=note)
 
 
 def result_line(result: dict) -> str:
   """`result: {'top_5_accuracy': ..., 'top_1_accuracy': ...} ckpt=...` as THOR's eval prints."""
   shown = {RESULT_KEYS[k]: result["metrics"][k] for k in RESULT_KEYS if k in result["metrics"]}
   return f"result: {shown} ckpt={result['checkpoint']}"
-
-
-def _validation_path(args: EvalArgs) -> str | None:
-  if args.validation_data_path:
-    return args.validation_data_path
-  if args.dataset_dir:
-    from tf_vision import params as params_lib  # pylint: disable=g-import-not-at-top
-    _, val, _ = params_lib._resolve_data(  # pylint: disable=protected-access
-        params_lib.DataSpec(dataset_dir=args.dataset_dir))
-    if not val:
-      raise NascliError(f"--dataset_dir {args.dataset_dir} has no validation split")
-    return val
-  return None
 
 
 def model_dir_of(model_dir: str | None, checkpoint_path: str | None) -> str:
@@ -83,7 +140,10 @@ def _evaluate(args: EvalArgs) -> dict:
   params = model_dir_lib.load_params(model_dir, args.experiment)
   checkpoint = eval_lib.resolve_checkpoint(model_dir, checkpoint_path)
   override: dict = {"runtime": {"distribution_strategy": "one_device"}}
-  val = _validation_path(args)
+  data = eval_data(args, params.task.validation_data.input_path)
+  if data.note:
+    stderr.print(f"note: {data.note}", markup=False, highlight=False)
+  val = data.path
   if val:
     params_lib._check_pattern(val, "--validation_data_path")  # pylint: disable=protected-access
     val = storage.for_tensorflow(val)
@@ -103,6 +163,9 @@ def _evaluate(args: EvalArgs) -> dict:
       open(os.devnull, "w", encoding="utf-8"))  # pylint: disable=consider-using-with
   with sink:
     result = eval_lib.evaluate(params, checkpoint, strategy, steps=args.steps)
+  result["data"] = {"split": data.split, "files": params.task.validation_data.input_path,
+                    "num_records": data.num_records, "steps": args.steps,
+                    "evaluated_on": data.describe()}
   output = args.output or (storage.join(remote_dir, eval_lib.METRICS_FILE) if remote_dir else
                            os.path.join(model_dir, eval_lib.METRICS_FILE))
   if storage.is_gcs(output):

@@ -177,7 +177,7 @@ def retrain_best_trial(job, rows, cache, model_dir, env=None):
   return best, nascli_subprocess(
       "train", "--search_job_dir", job, "--train_nas_trial_numbers", best,
       "--retrain_use_search_job_checkpoint", "--model_dir", model_dir,
-      "--dataset_dir", os.path.join(cache, "data", "digits-image_size32"), "--config_file",
+      "--dataset_dir", os.path.join(cache, "data", "digits-image_size32-format2"), "--config_file",
       "tf_vision/test_files/fast_nas_classification_search_for_testing.yaml",
       "--params_override", "trainer.train_steps=10,trainer.steps_per_loop=5", "--json",
       env=env)

@@ -3,8 +3,9 @@
 A page's fenced blocks (found by tests/test_docs.py's parser) become units: commands of a
 `bash`/`sh`/`console` block (or an untagged block of `$ ...` lines), a `python` block as one
 script, or a block written to a file. The output a page quotes is parsed with them: a `# result:
-...`, `# exported ...`, `# trained ...`, `# latency ...` or `# stdout: ...` comment right after a
-command (and `#` lines indented under it), or the lines after a `$ command` of a console block.
+...`, `# evaluated on: ...`, `# exported ...`, `# trained ...`, `# latency ...` or `# stdout:
+...` comment right after a command (and `#` lines indented under it), or the lines after a
+`$ command` of a console block.
 
 Markers: HTML comments on the lines right before the fence (invisible on GitHub), one per line,
 `<!-- docs-run: KIND ARGS (REASON) -->`; ARGS are bare words or "double-quoted" strings; a
@@ -49,7 +50,7 @@ WORKFLOW = ("README.md", "docs/commands/convert-data.md", "docs/commands/train.m
             "docs/commands/search.md", "docs/commands/build.md")
 COMMAND_TAGS = ("bash", "sh", "shell", "console")
 # A comment right after a command that starts with one of these quotes the command's output.
-OUTPUT_WORDS = ("result:", "exported ", "trained ", "latency ", "stdout:")
+OUTPUT_WORDS = ("result:", "evaluated on:", "exported ", "trained ", "latency ", "stdout:")
 NEEDS_REASON = ("text", "skip", "skip-line", "replace", "append", "vary", "exit", "after")
 KINDS = NEEDS_REASON + ("file", "tolerance")
 SUITE_SKIP = "the README's test-suite command is this suite: .ci/run runs it"

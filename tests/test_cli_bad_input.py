@@ -100,12 +100,16 @@ def test_bad_input_one_line_exit_1_nothing_complete(make, cli, tmp_path):
 
 def test_skip_corrupt_keeps_shards_balanced(cli, tmp_path):
   args, culprit = _corrupt_image(tmp_path)
-  code, stdout, stderr = cli("convert-data", *args, "--skip_corrupt", "--validation_size", "2",
+  code, stdout, stderr = cli("convert-data", *args, "--skip_corrupt", "--validation_size", "3",
+                             "--test_size", "2",
                              "--num_shards", "2", "--output_dir", tmp_path / "out", "--json")
   assert code == 0, stderr
   import json  # pylint: disable=g-import-not-at-top
   result = json.loads(stdout)
-  assert result["splits"]["train"]["shard_records"] == [3, 3]
-  assert result["splits"]["train"]["skipped_corrupt"] + result["splits"]["validation"][
-      "skipped_corrupt"] == 1
+  # 9 images: 2 test, 3 validation (the broken one among them, seed 0), 4 train.
+  assert result["splits"]["train"]["shard_records"] == [2, 2]
+  assert result["splits"]["validation"]["shard_records"] == [1, 1]
+  assert result["splits"]["test"]["shard_records"] == [1, 1]
+  assert result["splits"]["validation"]["skipped_corrupt"] == 1
+  assert sum(result["splits"][s]["skipped_corrupt"] for s in ("train", "validation", "test")) == 1
   assert culprit in stderr

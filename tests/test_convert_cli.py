@@ -43,7 +43,7 @@ def test_skip_corrupt_hint_followed_verbatim(cli, tmp_path):
   (root / "dog" / "holiday.jpg").write_text("a text file, renamed")
   out = tmp_path / "out"
   command = ["convert-data", "imagefolder", "--source", root, "--output_dir", out,
-             "--validation_size", "2", "--json"]
+             "--validation_size", "2", "--test_size", "2", "--json"]
   code, stdout, stderr = cli(*command)
   line = _one_line(stderr)
   assert code == 1 and stdout == ""
@@ -58,7 +58,8 @@ def test_skip_corrupt_hint_followed_verbatim(cli, tmp_path):
   result = json.loads(stdout)
   assert result["status"] == "written" and result["records_written"] == 10
   assert result["splits"]["validation"]["num_records"] == 2
-  assert result["splits"]["train"]["num_records"] == 8
+  assert result["splits"]["test"]["num_records"] == 2
+  assert result["splits"]["train"]["num_records"] == 6
   info = json.loads((out / INFO).read_text())
   skipped = [s for split in info["splits"].values() for s in split["skipped_corrupt"]]
   assert skipped == [{"item": "dog/holiday.jpg",
@@ -78,7 +79,7 @@ def test_hint_followed_in_a_folder_that_already_existed(cli, tmp_path):
   out = tmp_path / "existing"
   out.mkdir()
   command = ["convert-data", "imagefolder", "--source", root, "--output_dir", out,
-             "--validation_size", "2"]
+             "--validation_size", "2", "--test_size", "2"]
   code, _, stderr = cli(*command)
   assert code == 1 and "cat/x.png" in stderr
   assert sorted(os.listdir(out)) == []  # the folder is the user's: kept, and left empty
@@ -138,7 +139,7 @@ def _bad_image_cases(tmp_path: Path) -> list[tuple[list, str]]:
       "daisy", "dandelion", "roses", "sunflowers", "tulips") for i in range(2)}
   flowers["flower_photos/roses/fake.jpg"] = b"text"
   cases.append((["flowers", "--source", tgz(tmp_path / "flowers.tgz", flowers),
-                 "--validation_size", "2"], "roses/fake.jpg"))
+                 "--validation_size", "2", "--test_size", "2"], "roses/fake.jpg"))
   cases.append((["cifar10", "--source", tgz(tmp_path / "cifar-10-python.tar.gz", {
       f"cifar-10-batches-py/{n}": b"text" for n in (
           "data_batch_1", "data_batch_2", "data_batch_3", "data_batch_4", "data_batch_5",
@@ -152,9 +153,11 @@ def _bad_image_cases(tmp_path: Path) -> list[tuple[list, str]]:
   coco = tmp_path / "coco"
   (coco / "images").mkdir(parents=True)
   cv2.imwrite(str(coco / "images" / "a.png"), np.zeros((4, 4, 3), np.uint8))
+  cv2.imwrite(str(coco / "images" / "c.png"), np.ones((4, 4, 3), np.uint8))
   (coco / "images" / "b.jpg").write_text("text")
-  (coco / "ann.json").write_text(json.dumps({
-      "images": [{"id": 1, "file_name": "a.png"}, {"id": 2, "file_name": "b.jpg"}],
+  (coco / "ann.json").write_text(json.dumps({  # 3 images: validation and test are carved
+      "images": [{"id": 1, "file_name": "a.png"}, {"id": 2, "file_name": "b.jpg"},
+                 {"id": 3, "file_name": "c.png"}],
       "annotations": [], "categories": [{"id": 1, "name": "x"}]}))
   cases.append((["coco", "--source", coco / "ann.json", "--image_dir", coco / "images"],
                  str(coco / "images" / "b.jpg")))
@@ -208,7 +211,10 @@ def test_bad_flags_are_refused_before_tensorflow_is_imported(tmp_path):
       (["digits", "--channels", "2"], "--channels must be 1 or 3, got 2"),
       (["shapes", "--image_size", "16"], "--image_size 16: image_size must be >= 32"),
       (["shapes", "--num_samples", "0"], "--num_samples must be at least 1, got 0"),
-      (["cifar10", "--seed", "3"], "--seed does not apply to cifar10 (only to digits, digits_clutter, flowers,"),
+      (["cifar10", "--test_fraction", "0.1"], "--test_fraction does not apply to cifar10 (only to"),
+      (["digits", "--test_fraction", "0.5", "--validation_fraction", "0.5"],
+       "--validation_fraction 0.5 and --test_fraction 0.5 hold out everything"),
+      (["digits", "--test_size", "0"], "--test_size must be at least 1, got 0"),
       (["imagefolder", "--source", folder, "--image_size", "32"], "--image_size does not apply"),
       (["imagefolder", "--source", folder, "--label_map", missing],
        f"label map {missing} is not a file"),

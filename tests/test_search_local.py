@@ -14,6 +14,7 @@ import report_jobs
 import tf_probe
 from conftest import journal_events as _events
 from conftest import nascli_subprocess
+from conftest import read_examples
 from conftest import FINISHED_TRIAL_FILES
 from conftest import controller_proposals
 from conftest import trial_files
@@ -45,6 +46,20 @@ def _probe_search(job_dir, cache, *extra, seed=7):
                       env={"NASCLI_CACHE_DIR": cache})
 
 
+def _assert_scored_validation_not_test(params_yaml):
+  import yaml  # pylint: disable=g-import-not-at-top
+  task = yaml.safe_load(params_yaml.read_text())["task"]
+  scored, trained = task["validation_data"]["input_path"], task["train_data"]["input_path"]
+  folder = os.path.dirname(scored)
+  assert os.path.basename(scored).startswith("validation-")
+  info = json.loads(open(os.path.join(folder, "dataset_info.json"), encoding="utf-8").read())
+  test = os.path.join(folder, info["splits"]["test"]["file_pattern"])
+  ids = {p: {r["image/source_id"][0] for r in read_examples(p)}
+         for p in (scored, trained, test)}
+  assert len(ids[test]) == info["splits"]["test"]["num_records"] > 0
+  assert not ids[test] & ids[scored] and not ids[test] & ids[trained]
+
+
 def test_three_trial_search_records_everything(cache, tmp_path):
   job = tmp_path / "job"
   proc = _search(job, cache, "--max_nas_trial", "3", "--search_docker_flags",
@@ -62,6 +77,9 @@ def test_three_trial_search_records_everything(cache, tmp_path):
     for name in ("nas_params_str.json", "params.yaml", "model_analysis.json", "job_status.json"):
       assert (trial / name).exists(), name
     assert json.loads((trial / "nas_params_str.json").read_text()) == r["nas_params"]
+    # The trial scored the validation split; the test split `eval` reports is another set of
+    # images that no trial read.
+    _assert_scored_validation_not_test(trial / "params.yaml")
     analysis = json.loads((trial / "model_analysis.json").read_text())
     assert analysis["params"] > 10_000 and analysis["flops"] > analysis["params"]
     timing = analysis["timing"]

@@ -15,6 +15,8 @@ import pytest
 from conftest import convert_digits32
 from conftest import nascli_subprocess
 
+TRAIN_RECORDS = 1079  # the embedded digits' train split (60% of 1,797; validation and test 359)
+
 
 @pytest.fixture(scope="module")
 def digits32(tmp_path_factory):
@@ -43,31 +45,44 @@ def trained(digits32, tmp_path_factory):
   return model_dir, out.getvalue(), err.getvalue()
 
 
-def test_classifier_learns_digits_and_eval_reports_the_same(cli, trained):
+def test_classifier_learns_digits_and_eval_reports_the_test_split(cli, digits32, trained):
   model_dir, out, err = trained
   result = json.loads(out)  # stdout holds only the result
   assert result["step"] == 300 and result["status"] == "completed"
   accuracy = result["eval_metrics"]["accuracy"]
   assert accuracy > 0.85, result  # chance is 0.1; measured 0.96-0.97
   # The THOR log line on stderr and in MODEL_DIR/log, every steps_per_loop (50) steps.
-  steps_per_epoch = 1438 // 32
+  steps_per_epoch = TRAIN_RECORDS // 32
   assert _log_steps(model_dir, steps_per_epoch) == list(range(50, 301, 50))
-  assert "epoch: 7 step: 36, loss is " in err  # step 300 = 6 epochs of 44 steps + 36
+  assert "epoch: 10 step: 3, loss is " in err  # step 300 = 9 epochs of 33 steps + 3
   for name in ("params.yaml", "job_status.json", "nascli_run.json", "checkpoint"):
     assert (model_dir / name).exists(), name
   assert os.listdir(model_dir / "train") and os.listdir(model_dir / "validation")
   status = json.loads((model_dir / "job_status.json").read_text())
   assert status["status"] == "completed" and status["step"] == 300
 
+  # eval reports the held-out test split by default, and says so; the validation split the
+  # training evaluated on gives the training's number again.
   code, out, _ = cli("eval", "--model_dir", model_dir)
   assert code == 0
-  line = out.strip()
+  claim, line = out.strip().splitlines()
+  assert claim == (f"evaluated on: the test split of {digits32} (359 images, held out: no"
+                   " search, proxy tool or training read it)")
   assert line.startswith("result: {'top_5_accuracy': ") and line.endswith(
       f"ckpt={model_dir}/ckpt-300")
   top1 = float(line.split("'top_1_accuracy': ")[1].split("}")[0])
-  assert top1 == pytest.approx(accuracy, abs=1e-9)
+  assert 0.8 < top1 <= 1.0 and round(top1 * 359) == pytest.approx(top1 * 359, abs=1e-3)
   saved = json.loads((model_dir / "eval_metrics.json").read_text())
-  assert saved["metrics"]["accuracy"] == pytest.approx(accuracy, abs=1e-9)
+  assert saved["metrics"]["accuracy"] == pytest.approx(top1, abs=1e-9)
+  assert saved["data"]["split"] == "test" and saved["data"]["num_records"] == 359
+  assert saved["data"]["files"].endswith("test-*-of-00004.tfrecord")
+  code, out, _ = cli("eval", "--model_dir", model_dir, "--split", "validation", "--output",
+                     model_dir / "validation_metrics.json")
+  assert code == 0
+  assert "the split the search scored and training evaluated on" in out
+  again = json.loads((model_dir / "validation_metrics.json").read_text())
+  assert again["metrics"]["accuracy"] == pytest.approx(accuracy, abs=1e-9)
+  assert again["data"]["split"] == "validation"
 
 
 def test_nan_loss_stops_with_status(cli, digits32, tmp_path):
@@ -101,7 +116,7 @@ def test_killed_run_resumes_to_the_same_end_without_repeated_steps(digits32, tmp
     time.sleep(0.05)
   proc.send_signal(signal.SIGKILL)
   proc.wait()
-  before = _log_steps(model_dir, 1438 // 32)
+  before = _log_steps(model_dir, TRAIN_RECORDS // 32)
   assert 30 <= before[-1] < 60, before
   resumed = nascli_subprocess(*args, "--json")
   assert resumed.returncode == 0, resumed.stderr
@@ -110,7 +125,7 @@ def test_killed_run_resumes_to_the_same_end_without_repeated_steps(digits32, tmp
   assert 0 < result["resumed_from"] <= before[-1]  # a checkpoint older than the kill
   assert "resuming from the checkpoint at step" in resumed.stderr
   # One entry per logged step, in order: the steps redone after the kill replaced their first try.
-  assert _log_steps(model_dir, 1438 // 32) == list(range(10, 61, 10))
+  assert _log_steps(model_dir, TRAIN_RECORDS // 32) == list(range(10, 61, 10))
 
 
 def test_exported_saved_model_gives_the_eval_accuracy(cli, digits32, trained):

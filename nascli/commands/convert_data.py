@@ -61,7 +61,8 @@ def convert_data(
         *flag("test_fraction"), help="Fraction held out as the test split `eval` reports, where"
         " the source has no test set of its own.")] = None,
     test_size: Annotated[Optional[int], typer.Option(
-        *flag("test_size"), help="Number of images held out as the test split.")] = None,
+        *flag("test_size"), help="Number of images held out as the test split (flowers default:"
+        " 350).")] = None,
     test_source: Annotated[Optional[Path], typer.Option(
         *flag("test_source"), help="imagefolder: a separate test folder; coco: a test"
         " annotation JSON.")] = None,

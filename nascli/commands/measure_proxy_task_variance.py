@@ -109,6 +109,8 @@ def _print(result: dict, as_json: bool) -> None:
     smooth = "-" if run["smoothness"] is None else f"{run['smoothness']:.3f}"
     table.add_row(run["trial_id"], str(run["seed"]), f"{run['accuracy']:.4f}", smooth,
                   str(run["evaluations"]))
+  from nascli.search import summary  # pylint: disable=g-import-not-at-top
+  table.caption = summary.split_note(metric)
   out = console.stdout()
   out.print(table)
 

@@ -175,6 +175,8 @@ def _print(result: dict, as_json: bool) -> None:
     median = "-" if c["median_accuracy"] is None else f"{c['median_accuracy']:.4f}"
     table.add_row(c["name"], c["status"], _tau(c["accuracy_correlation"]),
                   _tau(c["latency_correlation"]), median, cost, c["reason"])
+  from nascli.search import summary  # pylint: disable=g-import-not-at-top
+  table.caption = summary.split_note(result["accuracy_metric"])
   out = console.stdout()
   out.print(table)
   if result["chosen"]:

@@ -142,6 +142,8 @@ def _print(result: dict, as_json: bool) -> None:
     if latency:
       cells.append("-" if m["latency_ms"] is None else f"{m['latency_ms']:.3f}")
     table.add_row(*cells, f"{len(m['nas_params'])} decisions")
+  from nascli.search import summary  # pylint: disable=g-import-not-at-top
+  table.caption = summary.split_note(result["accuracy_metric"] or "accuracy")
   console.stdout().print(table)
   removed = [t for it in result["iterations"] for t in it["removed"]]
   failed = [t for it in result["iterations"] for t in it["failed"]]

@@ -200,8 +200,9 @@ def _train(
 
 def _print_result(result: dict) -> None:
   metrics = ", ".join(f"{k}={v:.4f}" for k, v in sorted(result["eval_metrics"].items()))
+  # The training evaluates on the validation data; only `nascli eval` touches the test split.
   print(f"trained {result['experiment']} to step {result['step']} in {result['model_dir']}"
-        + (f": {metrics}" if metrics else ""))
+        + (f": {metrics} on the validation data" if metrics else ""))
 
 
 train = with_fastnn_options(_train)

@@ -496,8 +496,9 @@ def build(job_dir: str, state: JobState, rows: Sequence[Mapping[str, Any]],
   outcome = summary.target_outcome(state, rows=rows)
   if outcome:  # the first thing a latency-constrained search must say
     page.text(outcome[0].upper() + outcome[1:] + '.', css='summary')
-  page.heading('Progress', 'Each completed trial\'s reward and the best so far; hover a point'
-               ' for its trial and architecture.')
+  page.heading('Progress', 'Each completed trial\'s reward and the best so far, on the'
+               ' validation data the search selects on; hover a point for its trial and'
+               ' architecture.')
   page.plots(*progress_figures(state, rows, metric))
   tradeoff = tradeoff_figures(state, rows, metric)
   if tradeoff:
@@ -525,7 +526,7 @@ def build(job_dir: str, state: JobState, rows: Sequence[Mapping[str, Any]],
                   if any(r['status'] == OVER_TARGET for r in rows) else '')
                + '; click a column to sort, a trial to open its folder.')
   trial_table(page, job_dir, rows, metric, state)
-  for note in summary.latency_notes(rows, state):
+  for note in [summary.split_note(metric)] + summary.latency_notes(rows, state):
     page.text(note)
   settings = dict(state.settings or {})
   if state.early_stopping:

@@ -38,14 +38,16 @@ def cache_dir() -> Path:
 def embedded_dataset(space: str) -> str:
   """The space's embedded data set, converted on first use (verified on later uses)."""
   # pylint: disable=g-import-not-at-top
-  from nascli.data.convert import ShardingOptions, convert
+  from nascli.data.convert import FORMAT_VERSION, ShardingOptions, convert
   from nascli.data.source import ConvertOptions
   default = registry.get_entry(space).defaults
   if default is None:
     raise NascliError(f"search space {space} has no embedded data set: give --dataset_dir or"
                       " --training_data_path and --validation_data_path")
   suffix = "-".join(f"{k}{v}" for k, v in sorted(default.convert_options.items()))
-  out = cache_dir() / f"{default.dataset}-{suffix}"
+  # The format in the name: a cache an older nascli wrote (without a test split) is not refused
+  # as "a different conversion", it is left alone and a new one written beside it.
+  out = cache_dir() / f"{default.dataset}-{suffix}-format{FORMAT_VERSION}"
   convert(default.dataset, out, ConvertOptions(progress=False, **default.convert_options),
           ShardingOptions(num_shards=2))
   return str(out)

@@ -61,6 +61,12 @@ def latency_header(rows: Sequence[Mapping[str, Any]], name: str,
   return name, len(tags) > 1
 
 
+def split_note(metric: str = "accuracy") -> str:
+  """What a search's numbers are measured on: it selects on them, so they are no test score."""
+  return (f"{metric} and reward: on the validation data, which this search selects on; `nascli"
+          " eval` of a retrained trial reports the held-out test split")
+
+
 def latency_notes(rows: Sequence[Mapping[str, Any]],
                   state: journal_lib.JobState | None = None) -> list[str]:
   """The lines under a table: what its latencies are in full (device included), and the
@@ -200,9 +206,7 @@ def table(job_dir: str, space_name: str, algorithm: str, metric: str,
     if per_row:
       cells.append(results.latency_tag(device, state) if row["latency_ms"] is not None else "-")
     table.add_row(*cells, _fmt(r), _fmt(best_so_far))
-  notes = latency_notes(rows, state)
-  if not notes:
-    return table
+  notes = [split_note(metric)] + latency_notes(rows, state)
   return Group(table, Text("\n".join(notes)))
 
 
