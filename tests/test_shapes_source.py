@@ -1,5 +1,6 @@
 """Tests for the `shapes` source: deterministic synthetic detection shards Model Garden reads."""
 
+import hashlib
 import json
 
 import numpy as np
@@ -10,7 +11,7 @@ from nascli.data import shapes
 from nascli.errors import NascliError
 
 SEED = 3
-NUM_SAMPLES = 10  # validation: round(10 * 0.2) = 2
+NUM_SAMPLES = 10  # validation and test: round(10 * 0.2) = 2 each
 
 
 def _raw_records(pattern) -> list[bytes]:
@@ -21,7 +22,7 @@ def _raw_records(pattern) -> list[bytes]:
 
 @pytest.fixture(scope="module")
 def converted(tmp_path_factory):
-  """One conversion shared by the read-back tests (seed 3, 10 + 2 images of 128x128)."""
+  """One conversion shared by the read-back tests (seed 3, 10 + 2 + 2 images of 128x128)."""
   from nascli.data.convert import ShardingOptions, convert  # pylint: disable=g-import-not-at-top
   from nascli.data.source import ConvertOptions  # pylint: disable=g-import-not-at-top
   out = tmp_path_factory.mktemp("shapes") / "out"
@@ -36,12 +37,21 @@ def test_split_sizes_labels_and_info(converted):
   assert info["task"] == "detection"
   assert info["splits"]["train"]["num_records"] == NUM_SAMPLES
   assert info["splits"]["validation"]["num_records"] == 2
+  assert info["splits"]["test"]["num_records"] == 2
+  assert list(info["splits"]) == ["train", "validation", "test"]
   assert [s["num_records"] for s in info["splits"]["train"]["shards"]] == [5, 5]
   assert (out / "labels.txt").read_text() == "1:rectangle\n2:ellipse\n3:triangle\n"
   assert info["num_classes"] == 4
   assert info["source"]["kind"] == "synthetic"
   assert len(info["source"]["sha256"]) == 64
   assert info["settings"]["seed"] == SEED and info["settings"]["image_size"] == 128
+  assert (info["settings"]["num_validation"], info["settings"]["num_test"]) == (2, 2)
+  origins = {split: info["splits"][split]["origin"] for split in info["splits"]}
+  assert origins == {
+      split: f"rendered by nascli.data.shapes.render_sample, seed {SEED}, images {span} (no other"
+             " split renders them)"
+      for split, span in (("train", "0..9"), ("validation", "10..11"), ("test", "12..13"))}
+  assert info["splits"]["test"]["role"].startswith("final `nascli eval` only")
   assert json.loads((out / "dataset_info.json").read_text())["splits"] == info["splits"]
   expected_objects = sum(len(shapes.render_sample(SEED, i).classes) for i in range(NUM_SAMPLES))
   assert info["splits"]["train"]["num_objects"] == expected_objects
@@ -51,14 +61,15 @@ def test_model_garden_decoder_reads_what_render_sample_drew(converted):
   from official.vision.dataloaders import tf_example_decoder  # pylint: disable=g-import-not-at-top
   _, out = converted
   decoder = tf_example_decoder.TfExampleDecoder()
-  ids = {}
-  for split in ("train", "validation"):
+  ids, pixels = {}, {}
+  for split in ("train", "validation", "test"):
     raws = _raw_records(out / f"{split}-*.tfrecord")
-    ids[split] = set()
+    ids[split], pixels[split] = set(), set()
     for raw in raws:
       d = decoder.decode(raw)
       index = int(d["source_id"].numpy())
       ids[split].add(index)
+      pixels[split].add(hashlib.sha256(d["image"].numpy().tobytes()).hexdigest())
       sample = shapes.render_sample(SEED, index)
       np.testing.assert_array_equal(d["image"].numpy(), sample.image)
       np.testing.assert_array_equal(d["groundtruth_boxes"].numpy(), sample.boxes)
@@ -66,11 +77,18 @@ def test_model_garden_decoder_reads_what_render_sample_drew(converted):
       np.testing.assert_array_equal(d["groundtruth_area"].numpy(), sample.areas)
       assert not d["groundtruth_is_crowd"].numpy().any()
       assert int(d["height"]) == int(d["width"]) == 128
-  # Train takes global indices 0..9, validation the next ones: never the same image.
+  # Train takes global indices 0..9, validation the next ones, test the ones after: never the
+  # same image (by index nor by decoded pixels), and every rendered index is in one split.
   assert ids["train"] == set(range(NUM_SAMPLES))
   assert ids["validation"] == {NUM_SAMPLES, NUM_SAMPLES + 1}
+  assert ids["test"] == {NUM_SAMPLES + 2, NUM_SAMPLES + 3}
+  assert sum(len(p) for p in pixels.values()) == NUM_SAMPLES + 4
+  assert not (pixels["train"] & pixels["validation"] or pixels["train"] & pixels["test"]
+              or pixels["validation"] & pixels["test"])
   filenames = [r["image/filename"][0] for r in read_examples(out / "validation-*.tfrecord")]
   assert filenames == [b"shapes_000010.png", b"shapes_000011.png"]
+  filenames = [r["image/filename"][0] for r in read_examples(out / "test-*.tfrecord")]
+  assert filenames == [b"shapes_000012.png", b"shapes_000013.png"]
 
 
 def test_same_seed_same_bytes_other_seed_other_bytes(run_convert, tmp_path):
@@ -79,7 +97,7 @@ def test_same_seed_same_bytes_other_seed_other_bytes(run_convert, tmp_path):
   info_b, _, out_b = run_convert("shapes", output_dir=tmp_path / "b", seed=1, **kwargs)
   info_c, _, out_c = run_convert("shapes", output_dir=tmp_path / "c", seed=2, **kwargs)
   names = sorted(p.name for p in out_a.glob("*.tfrecord"))
-  assert len(names) == 4
+  assert len(names) == 6  # train, validation, test: 2 shards each
   for name in names:
     assert (out_a / name).read_bytes() == (out_b / name).read_bytes()
     assert (out_a / name).read_bytes() != (out_c / name).read_bytes()
@@ -125,6 +143,34 @@ def test_validation_size_and_fraction(run_convert, tmp_path):
   info, _, _ = run_convert("shapes", output_dir=tmp_path / "v", num_samples=8, image_size=32,
                            validation_size=3)
   assert info["splits"]["validation"]["num_records"] == 3
+  assert info["splits"]["test"]["num_records"] == 2  # round(8 * 0.2)
   with pytest.raises(NascliError, match="--validation_fraction"):
     run_convert("shapes", output_dir=tmp_path / "w", num_samples=8, validation_fraction=1.5)
   assert not (tmp_path / "w" / "dataset_info.json").exists()
+
+
+def test_test_size_and_fraction(run_convert, tmp_path):
+  info, _, _ = run_convert("shapes", output_dir=tmp_path / "s", num_samples=8, image_size=32,
+                           test_size=3)
+  assert [info["splits"][s]["num_records"] for s in ("train", "validation", "test")] == [8, 2, 3]
+  assert info["splits"]["test"]["origin"].endswith("images 10..12 (no other split renders them)")
+  info, _, _ = run_convert("shapes", output_dir=tmp_path / "f", num_samples=8, image_size=32,
+                           test_fraction=0.5, validation_fraction=0.25)
+  assert [info["splits"][s]["num_records"] for s in ("train", "validation", "test")] == [8, 2, 4]
+  assert info["settings"]["num_test"] == 4
+  for bad, match in ((dict(test_fraction=1.5), r"^--test_fraction 1.5 must be in \(0, 1\]$"),
+                     (dict(test_size=0), r"^--test_size must be at least 1, got 0$"),
+                     (dict(test_size=2, test_fraction=0.5),
+                      r"^give --test_size or --test_fraction, not both$")):
+    with pytest.raises(NascliError, match=match):
+      run_convert("shapes", output_dir=tmp_path / "bad", num_samples=8, image_size=32, **bad)
+    assert not (tmp_path / "bad" / "dataset_info.json").exists()
+
+
+def test_test_flags_are_read_by_shapes(cli, tmp_path):
+  code, _, err = cli("convert-data", "shapes", "--num_samples", "4", "--image_size", "32",
+                     "--test_size", "1", "--validation_size", "1", "--output_dir", tmp_path / "o")
+  assert code == 0, err
+  info = json.loads((tmp_path / "o" / "dataset_info.json").read_text())
+  assert {s: info["splits"][s]["num_records"] for s in info["splits"]} == {
+      "train": 4, "validation": 1, "test": 1}

@@ -1,12 +1,24 @@
 """`coco`: detection data in the COCO layout (instances JSON + image folders), from local files.
 
-`--source DIR` reads `DIR/annotations/instances_<name>.json` with the images in `DIR/<name>/`
-(train* -> "train", val* -> "validation"). `--source FILE.json` (or, in Model Garden's
-create_coco_tf_record spelling, `--object_annotations_file FILE.json`) reads one instances file as
-the "train" split (and `--validation_source FILE.json`, when given, as "validation"); its images
-are in `--image_dir DIR` (what labelling tools export: one JSON and a folder of images), or else
-found beside the JSON. Category ids keep their COCO values, gaps included, as Model Garden's COCO
+`--source DIR` reads `DIR/annotations/instances_<name>.json` with the images in `DIR/<name>/`:
+train* is the training data and val* (val2017, COCO's own evaluation set) becomes "test", the
+split only `nascli eval` reads; "validation", on which the search scores trials, is carved from the
+train* images (`--validation_fraction`/`--validation_size`, default 10%, `--seed`). A folder
+without val* has "test" carved the same way (`--test_fraction`/`--test_size`).
+
+`--source FILE.json` (or, in Model Garden's create_coco_tf_record spelling,
+`--object_annotations_file FILE.json`) reads one instances file as the training data;
+`--validation_source FILE.json` and `--test_source FILE.json` give those splits, and whichever is
+not given is carved from the training file's images (one seeded draw for both). The images are in
+`--image_dir DIR` (what labelling tools export: one JSON and a folder of images), or else found
+beside each JSON. Category ids keep their COCO values, gaps included, as Model Garden's COCO
 tooling does.
+
+A carved split is a seeded random draw over the training file's images in image-id order
+(`nascli.data.splits.random_split`), each image with all its annotations. COCO evaluation builds
+its ground truth from a split's records (tf_vision.evaluation.coco_groundtruth), so a carved split
+needs no annotation file of its own; `source.validation_annotations` / `source.test_annotations`
+in dataset_info.json name the original file only where the split is that whole file.
 """
 
 import dataclasses
@@ -19,7 +31,7 @@ from typing import Any
 
 import numpy as np
 
-from nascli.data import images
+from nascli.data import images, splits
 from nascli.data.source import (DETECTION, ClassInfo, ConvertOptions, CorruptItemError,
                                 MissingItemError, Record, Source, register_source)
 from nascli.errors import InputError, NascliError, UnsafeInputError
@@ -28,6 +40,11 @@ ANNOTATIONS_DIR = "annotations"
 INSTANCES_PREFIX = "instances_"
 REQUIRED_KEYS = ("images", "annotations", "categories")
 DOWNLOAD_PAGE = "https://cocodataset.org/#download"
+DEFAULT_VALIDATION_FRACTION = 0.1
+DEFAULT_TEST_FRACTION = 0.1
+CARVED_HOW = "random by image id"
+# The flag that gives each held-out split as its own annotation file.
+SOURCE_FLAG = {splits.VALIDATION: "--validation_source", splits.TEST: "--test_source"}
 
 
 @dataclasses.dataclass
@@ -41,17 +58,30 @@ class _Image:
   classes: np.ndarray  # int64 [K]
   areas: np.ndarray  # float32 [K]
   is_crowd: np.ndarray  # int64 [K]
+  skipped: int = 0  # its degenerate annotations, left out
 
 
 @dataclasses.dataclass
 class _Split:
+  """The images of one instances file, or (`carved`) a seeded part of them."""
   original_name: str
   annotations: Path
   annotations_sha256: str
   image_dir: Path
   images: list[_Image]
-  num_annotations: int
-  skipped_annotations: int
+  carved: bool = False
+
+  @property
+  def num_annotations(self) -> int:
+    return sum(len(i.classes) for i in self.images)
+
+  @property
+  def skipped_annotations(self) -> int:
+    return sum(i.skipped for i in self.images)
+
+  def part(self, positions: list[int]) -> "_Split":
+    return dataclasses.replace(self, images=[self.images[p] for p in positions],
+                               carved=len(positions) < len(self.images))
 
 
 def _read_instances(path: Path) -> tuple[dict, str]:
@@ -129,7 +159,7 @@ def _parse_split(original_name: str, path: Path, image_dir: Path | None,
     image_dir = _find_image_dir(path, original_name, entries[min(entries)]["file_name"])
 
   per_image: dict[int, list] = {i: [] for i in entries}
-  skipped = 0
+  skipped = {i: 0 for i in entries}
   for ann in doc["annotations"]:
     if not isinstance(ann, dict):
       raise InputError(f"{path}: annotation {str(ann)[:80]} is not an object")
@@ -144,7 +174,7 @@ def _parse_split(original_name: str, path: Path, image_dir: Path | None,
       raise InputError(f"{path}: {ann_name} has bbox {str(bbox)[:60]}; expected [x, y, w, h]")
     x, y, w, h = (float(v) for v in bbox)
     if w <= 0 or h <= 0:
-      skipped += 1  # Degenerate boxes teach nothing and break box encoders.
+      skipped[image_id] += 1  # Degenerate boxes teach nothing and break box encoders.
       continue
     area = ann.get("area", w * h)
     if not isinstance(area, (int, float)):
@@ -164,15 +194,14 @@ def _parse_split(original_name: str, path: Path, image_dir: Path | None,
         boxes=np.asarray([a[:4] for a in anns], np.float64).reshape(-1, 4),
         classes=np.asarray([a[4] for a in anns], np.int64),
         areas=np.asarray([a[5] for a in anns], np.float32),
-        is_crowd=np.asarray([a[6] for a in anns], np.int64)))
+        is_crowd=np.asarray([a[6] for a in anns], np.int64), skipped=skipped[image_id]))
   if all(i.size < 0 for i in split_images):
     first = split_images[0].file_name
     where = "check --image_dir" if given else "give their folder with --image_dir"
     raise InputError(f"none of the {len(split_images)} images listed in {path} is in {image_dir}"
                      f" (the first: {first}); {where}")
   return _Split(original_name=original_name, annotations=path, annotations_sha256=digest,
-                image_dir=image_dir, images=split_images,
-                num_annotations=len(doc["annotations"]) - skipped, skipped_annotations=skipped)
+                image_dir=image_dir, images=split_images)
 
 
 def _find_image_dir(path: Path, name: str, first_file: str) -> Path:
@@ -185,11 +214,20 @@ def _find_image_dir(path: Path, name: str, first_file: str) -> Path:
 
 
 def _split_name(original: str) -> str | None:
+  """The split a COCO folder's instances file becomes: val* is the official evaluation set, so
+  it is `test`; `validation` is carved from train*."""
   if original.startswith("train"):
-    return "train"
+    return splits.TRAIN
   if original.startswith("val"):
-    return "validation"
+    return splits.TEST
   return None
+
+
+def _layout_has_test(root: Path) -> bool:
+  ann_dir = root / ANNOTATIONS_DIR
+  return ann_dir.is_dir() and any(
+      _split_name(p.stem.removeprefix(INSTANCES_PREFIX)) == splits.TEST
+      for p in ann_dir.glob(f"{INSTANCES_PREFIX}*.json"))
 
 
 @register_source("coco")
@@ -198,7 +236,8 @@ class CocoSource(Source):
 
   task = DETECTION
   needs_check = True
-  reads = frozenset({"source", "validation_source", "image_dir"})
+  reads = frozenset({"source", "validation_source", "test_source", "image_dir", "seed",
+                     "validation_fraction", "validation_size", "test_fraction", "test_size"})
 
   @classmethod
   def check_options(cls, options: ConvertOptions) -> None:
@@ -206,7 +245,8 @@ class CocoSource(Source):
 
   @staticmethod
   def _check_paths(options: ConvertOptions) -> tuple[Path, Path | None]:
-    """The annotation source and image folder, refused when they cannot go together."""
+    """The annotation source and image folder, refused when they cannot go together (and the
+    split flags that do not apply to them); reads no annotation file."""
     if options.source is None:
       raise NascliError(
           "coco needs --source: a folder in the COCO layout (annotations/instances_train2017.json,"
@@ -216,19 +256,46 @@ class CocoSource(Source):
     if not source.exists():
       raise InputError(f"--source {source} does not exist")
     image_dir = None if options.image_dir is None else Path(options.image_dir)
+    for part in splits.HELD_OUT:
+      fraction = getattr(options, f"{part}_fraction")
+      if fraction is not None and not 0.0 < fraction < 1.0:
+        raise NascliError(f"--{part}_fraction {fraction} must be between 0 and 1")
     if source.is_dir():
       if options.validation_source is not None:
         raise NascliError("--validation_source applies only when --source is one instances"
-                          " JSON file; the COCO folder layout already holds the val split")
+                          " JSON file; in the COCO folder layout validation is carved from the"
+                          " train* images (--validation_fraction, --validation_size)")
+      if options.test_source is not None:
+        raise NascliError("--test_source applies only when --source is one instances JSON file;"
+                          " in the COCO folder layout the val* split is the test set")
       if image_dir is not None:
         raise NascliError(f"--image_dir applies to one annotation JSON (--source FILE.json or"
                           f" --object_annotations_file); the COCO folder layout {source} keeps"
                           " each split's images in its own folder")
+      given = [f"--test_{what}" for what in ("fraction", "size")
+               if getattr(options, f"test_{what}") is not None]
+      if given and _layout_has_test(source):
+        raise NascliError(f"{given[0]} applies only to a carved test split; the val* split of"
+                          f" {source} is the test set")
+    else:
+      for part in splits.HELD_OUT:
+        flag = SOURCE_FLAG[part]
+        given = [f"--{part}_{what}" for what in ("fraction", "size")
+                 if getattr(options, f"{part}_{what}") is not None]
+        if getattr(options, f"{part}_source") is not None and given:
+          raise NascliError(f"{flag} gives the {part} split; {given[0]} sizes only a {part}"
+                            " split carved from --source, give one or the other")
+      if (options.validation_source is not None and options.test_source is not None
+          and options.seed):
+        raise NascliError("--seed applies only to a carved split; --validation_source and"
+                          " --test_source give both held-out splits")
     if image_dir is not None and not image_dir.is_dir():
       what = "does not exist" if not image_dir.exists() else "is not a folder"
       raise InputError(f"--image_dir {image_dir} {what}")
-    if options.validation_source is not None and not Path(options.validation_source).is_file():
-      raise InputError(f"--validation_source {options.validation_source} is not a file")
+    for part, flag in SOURCE_FLAG.items():
+      given = getattr(options, f"{part}_source")
+      if given is not None and not Path(given).is_file():
+        raise InputError(f"{flag} {given} is not a file")
     return source, image_dir
 
   def prepare(self) -> None:
@@ -238,16 +305,18 @@ class CocoSource(Source):
       files = self._layout_files(source)
       self._root = source
     else:
-      # --image_dir holds the images of every annotation JSON given (train and validation).
-      files = {"train": (self._json_name(source), source, image_dir)}
-      if self.options.validation_source is not None:
-        val = Path(self.options.validation_source)
-        files["validation"] = (self._json_name(val), val, image_dir)
+      # --image_dir holds the images of every annotation JSON given (train, validation, test).
+      files = {splits.TRAIN: (self._json_name(source), source, image_dir)}
+      for part in splits.HELD_OUT:
+        given = getattr(self.options, f"{part}_source")
+        if given is not None:
+          files[part] = (self._json_name(Path(given)), Path(given), image_dir)
       self._root = source.parent
     self._kind = "folder" if source.is_dir() else "file"
     self._source = source
 
-    self._splits: dict[str, _Split] = {}
+    # One _Split per annotation file read; self._splits: the output splits, carved or whole.
+    self._files: dict[str, _Split] = {}
     self._categories: dict[int, str] = {}
     for split, (original, path, image_dir) in files.items():
       doc, digest = _read_instances(path)
@@ -257,9 +326,42 @@ class CocoSource(Source):
           raise InputError(f"{path}: category {cid} is {name!r} but {self._categories[cid]!r}"
                            " in the other split")
         self._categories[cid] = name
-      self._splits[split] = _parse_split(original, path, image_dir, categories, doc, digest)
+      self._files[split] = _parse_split(original, path, image_dir, categories, doc, digest)
       del doc  # The COCO train JSON is large; keep only the compact index.
+    self._check_disjoint()
+    self._splits = self._carve()
     self._info = self._make_source_info()
+
+  def _check_disjoint(self) -> None:
+    """No image file in two splits: the test set must be unseen by training and the search."""
+    owner: dict[Path, _Split] = {}
+    for s in self._files.values():
+      for image in s.images:
+        other = owner.setdefault(image.path, s)
+        if other is not s:
+          raise InputError(f"{s.annotations} and {other.annotations} both list the image"
+                           f" {image.path}; the splits must not share images")
+
+  def _carve(self) -> dict[str, _Split]:
+    """Train, validation and test: a held-out split without a file of its own is a seeded random
+    part of the training file's images (in image-id order), each with all its annotations."""
+    train = self._files[splits.TRAIN]
+    n, o = len(train.images), self.options
+    self._carved = [part for part in splits.HELD_OUT if part not in self._files]
+    sizes = {}
+    for part in self._carved:
+      default = DEFAULT_VALIDATION_FRACTION if part == splits.VALIDATION else DEFAULT_TEST_FRACTION
+      if n <= len(self._carved):
+        how = " or give them as files" if self._kind == "file" else ""
+        raise InputError(f"{train.annotations} lists {n} image(s): too few to carve"
+                         f" {' and '.join(self._carved)} from and keep one to train on; add"
+                         f" images{how}")
+      sizes[part] = splits.held_out_count(n, getattr(o, f"{part}_fraction"),
+                                          getattr(o, f"{part}_size"), default, part)
+    positions = (splits.random_split(n, sizes, o.seed) if sizes
+                 else {splits.TRAIN: list(range(n))})
+    return {split: train.part(positions[split]) if split in positions else self._files[split]
+            for split in (splits.TRAIN, *splits.HELD_OUT)}
 
   @staticmethod
   def _json_name(path: Path) -> str:
@@ -286,8 +388,8 @@ class CocoSource(Source):
       if not image_dir.is_dir():
         raise InputError(f"image folder {image_dir} for {path} not found")
       files[split] = (original, path, image_dir)
-    if not files:
-      raise InputError(f"--source {root}: no train*/val* instances file in {ann_dir} (found "
+    if splits.TRAIN not in files:
+      raise InputError(f"--source {root}: no train* instances file in {ann_dir} (found "
                        + ", ".join(p.name for p in found) + ")")
     return files
 
@@ -295,21 +397,25 @@ class CocoSource(Source):
     # Checksum of the listing: each annotation file with its content digest, each image with its
     # size (hashing every COCO image would take longer than converting them).
     lines = []
-    for s in self._splits.values():
+    for s in self._files.values():
       rel = os.path.relpath(s.annotations, self._root)
       lines.append(f"{rel}\t{s.annotations.stat().st_size}\t{s.annotations_sha256}\n")
       lines.extend(f"{os.path.relpath(i.path, self._root)}\t{i.size}\n" for i in s.images)
     digest = hashlib.sha256("".join(sorted(lines)).encode()).hexdigest()
-    validation = self._splits.get("validation")
     info = {
         "kind": self._kind, "format": "coco", "path": str(self._source),
         "image_dir": None if self.options.image_dir is None else str(self.options.image_dir),
         "checksum_of": "listing", "sha256": digest,
-        "skipped_annotations": sum(s.skipped_annotations for s in self._splits.values()),
-        "validation_annotations": str(validation.annotations) if validation else None,
+        "skipped_annotations": sum(s.skipped_annotations for s in self._files.values()),
+        # The original file that is exactly this split's ground truth; None for a carved split
+        # (COCO evaluation builds it from the split's records).
+        **{f"{part}_annotations": None if self._splits[part].carved
+           else str(self._splits[part].annotations) for part in splits.HELD_OUT},
+        "seed": self.options.seed if self._carved else None,
         "splits": {
             split: {"original_name": s.original_name, "annotations": str(s.annotations),
                     "annotations_sha256": s.annotations_sha256, "images": str(s.image_dir),
+                    "carved": s.carved,
                     "num_images": len(s.images), "num_annotations": s.num_annotations,
                     "skipped_annotations": s.skipped_annotations,
                     "missing_files": sum(i.size < 0 for i in s.images)}
@@ -318,6 +424,29 @@ class CocoSource(Source):
     if self._ignored:
       info["ignored_annotation_files"] = self._ignored
     return info
+
+  def split_origins(self) -> dict[str, str]:
+    train = self._files[splits.TRAIN]
+    of = f"the {train.original_name} images ({train.annotations.name})"
+    origins = {splits.TRAIN: of + (f", less the {' and '.join(self._carved)} images carved"
+                                       " from them" if self._carved else "")}
+    origins.update(splits.carved(self._carved, self.options.seed, CARVED_HOW, of=of))
+    for part in splits.HELD_OUT:
+      if part in self._carved:
+        continue
+      s = self._splits[part]
+      origins[part] = (f"the folder's own {s.original_name} split ({s.annotations.name}), the"
+                       " source's evaluation set" if self._kind == "folder"
+                       else f"{SOURCE_FLAG[part]} {s.annotations}")
+    return origins
+
+  def settings(self) -> dict[str, Any]:
+    # Which file is which split (the listing checksum does not say), and how the rest is carved.
+    return {"split_files": {split: os.path.relpath(s.annotations, self._root)
+                            for split, s in self._files.items()},
+            "seed": self.options.seed,
+            **{f"{part}_{what}": getattr(self.options, f"{part}_{what}")
+               for part in splits.HELD_OUT for what in ("fraction", "size")}}
 
   def source_info(self) -> dict[str, Any]:
     return self._info

@@ -2,6 +2,12 @@
 
 The images are a pure function of the settings, so the checksum in dataset_info.json is the
 checksum of the settings: two conversions with the same settings write identical shards.
+
+Every image is `render_sample(seed, g)` for a global index g: train takes 0..n-1 (`--num_samples`),
+validation the next ones, test the ones after, so no image is in two splits. The held-out splits
+are rendered beside the training images (not carved from them): `--validation_fraction` /
+`--validation_size` and `--test_fraction` / `--test_size` size them relative to `--num_samples`
+(default 20% each).
 """
 
 import hashlib
@@ -10,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from nascli.data import images, shapes
+from nascli.data import images, shapes, splits
 from nascli.data.source import (DETECTION, ClassInfo, ConvertOptions, Record, Source,
                                 register_source)
 from nascli.errors import NascliError
@@ -18,6 +24,7 @@ from nascli.errors import NascliError
 DEFAULT_NUM_SAMPLES = 512
 DEFAULT_IMAGE_SIZE = 128
 DEFAULT_VALIDATION_FRACTION = 0.2
+DEFAULT_TEST_FRACTION = 0.2
 MAX_OBJECTS = 4
 # Bump when nascli.data.shapes renders different pixels or labels for the same settings, so that
 # a re-run never reuses shards of the old renderer.
@@ -26,11 +33,12 @@ GENERATOR_VERSION = "nascli.data.shapes/1"
 
 @register_source("shapes")
 class ShapesSource(Source):
-  """Rendered rectangles, ellipses and triangles; train and validation never share an image."""
+  """Rendered rectangles, ellipses and triangles; train, validation and test never share an
+  image."""
 
   task = DETECTION
   reads = frozenset({"image_size", "channels", "num_samples", "seed", "validation_fraction",
-                     "validation_size"})
+                     "validation_size", "test_fraction", "test_size"})
 
   @classmethod
   def check_options(cls, options: ConvertOptions) -> None:
@@ -41,7 +49,8 @@ class ShapesSource(Source):
     self.num_train = DEFAULT_NUM_SAMPLES if opts.num_samples is None else opts.num_samples
     if self.num_train < 1:
       raise NascliError(f"--num_samples must be at least 1, got {self.num_train}")
-    self.num_validation = self._validation_count()
+    self.num_validation = self._held_out_count(splits.VALIDATION, DEFAULT_VALIDATION_FRACTION)
+    self.num_test = self._held_out_count(splits.TEST, DEFAULT_TEST_FRACTION)
     self.image_size = DEFAULT_IMAGE_SIZE if opts.image_size is None else opts.image_size
     if opts.channels not in (None, 3):
       raise NascliError(f"--channels {opts.channels}: shapes images are RGB (3 channels)")
@@ -49,27 +58,31 @@ class ShapesSource(Source):
       shapes.render_sample(opts.seed, 0, self.image_size, MAX_OBJECTS)
     except ValueError as e:
       raise NascliError(f"--image_size {self.image_size}: {e}") from None
-    # Global indices: train 0..n_train-1, validation after them, so no image is in both.
-    self._offsets = {"train": 0, "validation": self.num_train}
+    # Global indices: train 0..n_train-1, validation after them, test after validation, so no
+    # image is in two splits (train and validation keep the indices they had before test).
+    self._offsets = {splits.TRAIN: 0, splits.VALIDATION: self.num_train,
+                     splits.TEST: self.num_train + self.num_validation}
 
-  def _validation_count(self) -> int:
-    opts = self.options
-    if opts.validation_size is not None and opts.validation_fraction is not None:
-      raise NascliError("give --validation_size or --validation_fraction, not both")
-    if opts.validation_size is not None:
-      if opts.validation_size < 1:
-        raise NascliError(f"--validation_size must be at least 1, got {opts.validation_size}")
-      return opts.validation_size
-    fraction = (DEFAULT_VALIDATION_FRACTION if opts.validation_fraction is None
-                else opts.validation_fraction)
+  def _held_out_count(self, part: str, default_fraction: float) -> int:
+    """Images rendered for `part`: --{part}_size, or --{part}_fraction of --num_samples."""
+    size = getattr(self.options, f"{part}_size")
+    fraction = getattr(self.options, f"{part}_fraction")
+    if size is not None and fraction is not None:
+      raise NascliError(f"give --{part}_size or --{part}_fraction, not both")
+    if size is not None:
+      if size < 1:
+        raise NascliError(f"--{part}_size must be at least 1, got {size}")
+      return size
+    fraction = default_fraction if fraction is None else fraction
     if not 0.0 < fraction <= 1.0:
-      raise NascliError(f"--validation_fraction {fraction} must be in (0, 1]")
+      raise NascliError(f"--{part}_fraction {fraction} must be in (0, 1]")
     return max(1, round(self.num_train * fraction))
 
   def settings(self) -> dict[str, Any]:
     return {"generator_version": GENERATOR_VERSION, "seed": self.options.seed,
             "num_samples": self.num_train, "num_validation": self.num_validation,
-            "image_size": self.image_size, "max_objects": MAX_OBJECTS}
+            "num_test": self.num_test, "image_size": self.image_size,
+            "max_objects": MAX_OBJECTS}
 
   def source_info(self) -> dict[str, Any]:
     canonical = json.dumps(self.settings(), sort_keys=True, separators=(",", ":"))
@@ -81,7 +94,16 @@ class ShapesSource(Source):
     return [ClassInfo(i + 1, name) for i, name in enumerate(shapes.CLASS_NAMES)]
 
   def split_sizes(self) -> dict[str, int]:
-    return {"train": self.num_train, "validation": self.num_validation}
+    return {splits.TRAIN: self.num_train, splits.VALIDATION: self.num_validation,
+            splits.TEST: self.num_test}
+
+  def split_origins(self) -> dict[str, str]:
+    def rendered(split: str) -> str:
+      first = self._offsets[split]
+      last = first + self.split_sizes()[split] - 1
+      return (f"rendered by nascli.data.shapes.render_sample, seed {self.options.seed}, images"
+              f" {first}..{last} (no other split renders them)")
+    return {split: rendered(split) for split in (splits.TRAIN, *splits.HELD_OUT)}
 
   def estimated_bytes(self, split: str) -> int:
     # Noisy textures compress poorly: about 80% of the raw RGB bytes as PNG.
