@@ -24,7 +24,7 @@ def test_underscore_and_dash_spellings_do_the_same(cli, tmp_path):
   assert code_a == code_b == 0
   a, b = json.loads(out_a), json.loads(out_b)
   assert a["splits"] == b["splits"]
-  assert a["splits"]["train"]["shard_records"] == [719, 719]
+  assert a["splits"]["train"]["shard_records"] == [540, 539]
   for name in ("train-00000-of-00002.tfrecord", "validation-00001-of-00002.tfrecord"):
     assert (tmp_path / "a" / name).read_bytes() == (tmp_path / "b" / name).read_bytes()
 
@@ -62,8 +62,8 @@ def test_verify_reports_truncated_shard_with_record_index(cli, tmp_path):
   code, out, _ = cli("convert-data", "--verify", out_dir, "--json")
   report = json.loads(out)
   assert code == 0 and report["ok"]
-  assert [s["found"] for s in report["shards"]] == [719, 719, 180, 179]
-  assert sum(report["label_counts"]["train"].values()) == 1438
+  assert [s["found"] for s in report["shards"]] == [540, 539, 180, 179, 180, 179]
+  assert sum(report["label_counts"]["train"].values()) == 1079
   shard = out_dir / "train-00001-of-00002.tfrecord"
   data = shard.read_bytes()
   shard.write_bytes(data[: len(data) // 2])
@@ -73,7 +73,7 @@ def test_verify_reports_truncated_shard_with_record_index(cli, tmp_path):
   assert "\n" not in line
   assert line.startswith(f"Error: shard {shard} is truncated or corrupt at record ")
   index = int(line.split("at record ")[1].split()[0])
-  assert 300 < index < 400  # about half of 719 records survive the cut
+  assert 220 < index < 320  # about half of 540 records survive the cut
   assert "PROBLEMS FOUND" in out
 
 

@@ -104,7 +104,7 @@ def test_interrupted_upload_resumes(cli, gcs_prefix, cache_dir, monkeypatch):
   assert code == 0, err
   assert len(storage.list_names(gcs_prefix)) == 6
   info = json.loads(storage.read_text(storage.join(gcs_prefix, "dataset_info.json")))
-  assert info["splits"]["train"]["num_records"] == 1438
+  assert info["splits"]["train"]["num_records"] == 1079
 
 
 def test_train_streams_gcs_data_through_tensorflows_filesystem(gcs_emulator, gcs_digits,

@@ -66,7 +66,7 @@ def test_thor_gpu_recipe_has_the_seed_values():
 def test_thor_cpu_recipe_refreshes_divide_the_epoch():
   params = _load("configs/experiments/digits_resnet10_thor_cpu.yaml")
   thor = params.trainer.optimizer_config.optimizer.thor
-  assert thor.steps_per_epoch == 1438 // 32 and thor.steps_per_epoch % thor.frequency == 0
+  assert thor.steps_per_epoch == 1079 // 32 and thor.steps_per_epoch % thor.frequency == 0
 
 
 @pytest.mark.parametrize("recipe", sorted(RECIPES))

@@ -124,7 +124,7 @@ def test_stage2_with_no_config_flags_trains_the_search_recipe_to_top1_080(cli, d
   print(f"stage 2 on digits: top-1 {result['eval_metrics']['accuracy']:.4f},"
         f" {result['wall_seconds']:.1f} s of training and evaluation")
   lines = err.splitlines()
-  assert ("stage 2 recipe: nas_classification_tunable_mnasnet, 500 steps = 11.1 epochs of 1438"
+  assert ("stage 2 recipe: nas_classification_tunable_mnasnet, 500 steps = 14.8 epochs of 1079"
           " records, global batch 32, learning rate 0.05 (cosine)") in lines
   assert (f"  from trial 1's params.yaml ({job}/1/params.yaml); schedule 5x the search's 100"
           " steps (STAGE2_SCHEDULE_FACTOR)") in lines
@@ -153,11 +153,11 @@ def test_an_architecture_outside_a_search_job_gets_its_space_recipe_sized_to_the
                                                data=DataSpec(dataset_dir=data)))
     assert notes == [] and run.recipe.epochs == stage2.STAGE2_EPOCHS == 11
     params = training.plan(training.TrainArgs(run=run)).params
-    # 11 epochs of 1438 records at the recipe's batch 32: 495 steps, whole loops of 20: 500.
-    assert params.trainer.train_steps == 500
+    # 11 epochs of 1079 records at the recipe's batch 32: 371 steps, whole loops of 20: 380.
+    assert params.trainer.train_steps == 380
     assert params.task.train_data.global_batch_size == 32
-    assert params.trainer.optimizer_config.learning_rate.cosine.decay_steps == 500
-    assert (params.trainer.checkpoint_interval, params.trainer.validation_interval) == (500, 500)
+    assert params.trainer.optimizer_config.learning_rate.cosine.decay_steps == 380
+    assert (params.trainer.checkpoint_interval, params.trainer.validation_interval) == (380, 380)
     assert params.task.model.backbone.type == "tunable_mnasnet"
   err = capsys.readouterr().err.splitlines()
   assert ("  from the mnasnet search recipe (tf_vision/test_files/fast_nas_classification_search"
@@ -183,10 +183,10 @@ def test_an_absurd_schedule_nobody_wrote_is_refused_and_the_users_own_only_warns
                                                                                 tmp_path):
   _, data, _ = digits
   refusal = (
-      "invalid config: trainer.train_steps 12218 at global batch 1024 is 8700 epochs of the 1438"
+      "invalid config: trainer.train_steps 12218 at global batch 1024 is 11595 epochs of the 1079"
       " training records (more than 1000): a schedule for a larger data set;"
       " trainer.train_steps, task.train_data.global_batch_size came from the defaults of"
-      " experiment nas_classification_tunable_mnasnet, not from you: set trainer.train_steps=62,"
+      " experiment nas_classification_tunable_mnasnet, not from you: set trainer.train_steps=47,"
       "task.train_data.global_batch_size=256 (11 epochs) with --params_override or a"
       " --config_file")
   with pytest.raises(NascliError) as e:
@@ -206,13 +206,13 @@ def test_an_absurd_schedule_nobody_wrote_is_refused_and_the_users_own_only_warns
       r" task.validation_data.global_batch_size=359 or task.validation_data.drop_remainder=false")):
     training.plan(training.TrainArgs(run=RunSpec(
         experiment="nas_classification_tunable_mnasnet", data=DataSpec(dataset_dir=data),
-        params_override="trainer.train_steps=62,task.train_data.global_batch_size=256")))
+        params_override="trainer.train_steps=47,task.train_data.global_batch_size=256")))
   # Values the user wrote only warn; a run that does not evaluate has no validation batch.
   run_plan = training.plan(training.TrainArgs(mode="train", run=RunSpec(
       experiment="nas_classification_tunable_mnasnet", data=DataSpec(dataset_dir=data),
       params_override="trainer.train_steps=20000")))
   assert run_plan.warnings == [
-      "trainer.train_steps 20000 at global batch 1024 is 14242 epochs of the 1438 training"
+      "trainer.train_steps 20000 at global batch 1024 is 18980 epochs of the 1079 training"
       " records (more than 1000): a schedule for a larger data set?"]
 
 
@@ -225,7 +225,7 @@ def test_params_override_wins_over_the_carried_recipe(cli, digits, tmp_path):
   assert code == 0, err[-2000:]
   assert json.loads(out)[0]["step"] == 7
   lines = err.splitlines()
-  assert ("stage 2 recipe: nas_classification_tunable_mnasnet, 7 steps = 0.2 epochs of 1438"
+  assert ("stage 2 recipe: nas_classification_tunable_mnasnet, 7 steps = 0.2 epochs of 1079"
           " records, global batch 32, learning rate 0.05 (cosine)") in lines
   assert (f"  from trial 1's params.yaml ({job}/1/params.yaml); schedule stretched from the"
           " search's 100 steps to the trainer.train_steps of --params_override; then"

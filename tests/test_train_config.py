@@ -66,8 +66,8 @@ def test_precedence_defaults_config_files_override_hparams_options(digits_dir, t
 def test_batch_size_and_epochs_from_dataset_info(digits_dir):
   p = plan(_args(dataset_dir=digits_dir, hparams={"batch_size": 16, "num_epochs": 3}))
   assert p.params.task.train_data.global_batch_size == 16
-  assert p.steps_per_epoch == 1438 // 16
-  assert p.params.trainer.train_steps == 3 * (1438 // 16)
+  assert p.steps_per_epoch == 1079 // 16
+  assert p.params.trainer.train_steps == 3 * (1079 // 16)
 
 
 @pytest.mark.parametrize("kind,text,message", [
@@ -193,7 +193,7 @@ def test_intervals_the_user_did_not_set_follow_the_steps_per_loop_they_did(digit
 
 @pytest.mark.parametrize("override,message", [
     ("trainer.train_steps=0", "trainer.train_steps 0 (from --params_override): training needs"
-     " at least one step; set trainer.train_steps=44 (one epoch)"),
+     " at least one step; set trainer.train_steps=33 (one epoch)"),
     ("trainer.steps_per_loop=0", "trainer.steps_per_loop 0 (from --params_override): Orbit runs"
      " at least one step per loop; set trainer.steps_per_loop=50"),
     ("trainer.steps_per_loop=50,trainer.checkpoint_interval=75", "trainer.checkpoint_interval 75"
@@ -243,7 +243,7 @@ def test_batch_sizes_against_replicas(digits_dir):
   assert (data.train_data.global_batch_size, data.validation_data.global_batch_size) == (33, 66)
   assert "task.train_data.global_batch_size 32 -> 33: a multiple of the 3 replicas" in (
       run_plan.notes)
-  assert run_plan.steps_per_epoch == 1438 // 33
+  assert run_plan.steps_per_epoch == 1079 // 33
 
 
 def test_detection_input_size_against_max_level(shapes_dir):
@@ -278,7 +278,7 @@ def test_absurd_schedules_get_a_warning_naming_the_numbers(digits_dir, capsys):
   run_plan = plan(_args(experiment=NAS_MNASNET, dataset_dir=digits_dir, params_override=(
       "trainer.train_steps=12218,task.validation_data.global_batch_size=1024")))
   assert run_plan.warnings == [
-      "trainer.train_steps 12218 at global batch 1024 is 8700 epochs of the 1438 training"
+      "trainer.train_steps 12218 at global batch 1024 is 11595 epochs of the 1079 training"
       " records (more than 1000): a schedule for a larger data set?",
       "task.validation_data.global_batch_size 1024 is larger than the 359 validation records and"
       " drop_remainder is on: evaluation sees no batch"]
@@ -286,7 +286,7 @@ def test_absurd_schedules_get_a_warning_naming_the_numbers(digits_dir, capsys):
   run_plan = plan(_args(dataset_dir=digits_dir, params_override=(
       "task.train_data.global_batch_size=2048,trainer.train_steps=10,trainer.steps_per_loop=10")))
   assert run_plan.warnings == [
-      "task.train_data.global_batch_size 2048 is larger than the training set (1438 records): an"
+      "task.train_data.global_batch_size 2048 is larger than the training set (1079 records): an"
       " epoch is shorter than one step",
       "the linear warmup (15 steps) is longer than trainer.train_steps 10: the learning rate never"
       " reaches its peak"]

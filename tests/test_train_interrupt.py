@@ -29,7 +29,7 @@ ONE_LOOP_STEPS = 80
 ONE_LOOP = (f"trainer.train_steps={ONE_LOOP_STEPS},trainer.steps_per_loop={ONE_LOOP_STEPS},"
             f"trainer.checkpoint_interval={10 * ONE_LOOP_STEPS}")
 _STOPPING = "\nCtrl-C: stopping at the next step; Ctrl-C again stops at once\n"
-STEPS_PER_EPOCH = 1438 // 32
+STEPS_PER_EPOCH = 1079 // 32
 _LINE = re.compile(r"^Interrupted \((Ctrl-C|SIGTERM)\): training (\S+) at step (\d+) \(checkpoint"
                    r" saved\); run the same command again to resume from step (\d+)$")
 

@@ -81,7 +81,7 @@ def list_trials(
   # What the latencies are, a noisy one's footnote, and the target's outcome (of every trial,
   # whatever the filter showed).
   outcome = summary.target_outcome(state, rows=all_rows)
-  notes = [summary.split_note()] + summary.latency_notes(rows, state)
+  notes = [summary.split_note(metric_name(rows))] + summary.latency_notes(rows, state)
   for line in notes + ([outcome] if outcome else []):
     out.print(line, soft_wrap=True, highlight=False, markup=False)
   _say_where_the_report_is(job_dir)
