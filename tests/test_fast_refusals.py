@@ -91,6 +91,12 @@ def _cases(tmp):
        "--params_override is neither a file nor valid YAML/JSON/a.b=c: ..."),
       ("eval_output", ["eval", "--model_dir", str(model), "--output", str(missing / "m.json")], 1,
        f"--output {missing}/m.json: folder {missing} does not exist"),
+      ("eval_split", ["eval", "--model_dir", str(model), "--split", "train"], 1,
+       "--split 'train': choose test or validation"),
+      ("eval_split_and_files", ["eval", "--model_dir", str(model), "--split", "test",
+                                "--validation_data_path", str(model / "x-*")], 1,
+       "--split names a split of a converted data set; --validation_data_path gives the files"
+       " themselves: give one of them"),
       ("export_model_dir", ["export", "--model_dir", str(missing)], 1,
        f"--model_dir {missing} does not exist"),
       ("export_input_type", ["export", "--model_dir", str(model), "--input_type", "bytes"], 2,
@@ -118,6 +124,7 @@ CASE_NAMES = [  # test_every_case_is_checked keeps this equal to _cases
     "training_data_path", "nas_params_str", "nas_params_json", "nas_params_file",
     "search_job_dir", "trial", "trial_params", "stage2_pair", "eval_model_dir",
     "eval_no_checkpoint", "eval_checkpoint", "eval_steps", "eval_override", "eval_output",
+    "eval_split", "eval_split_and_files",
     "export_model_dir", "export_input_type", "export_size", "export_dir"]
 
 

@@ -212,7 +212,7 @@ def test_an_absurd_schedule_nobody_wrote_is_refused_and_the_users_own_only_warns
       experiment="nas_classification_tunable_mnasnet", data=DataSpec(dataset_dir=data),
       params_override="trainer.train_steps=20000")))
   assert run_plan.warnings == [
-      "trainer.train_steps 20000 at global batch 1024 is 18980 epochs of the 1079 training"
+      "trainer.train_steps 20000 at global batch 1024 is 18981 epochs of the 1079 training"
       " records (more than 1000): a schedule for a larger data set?"]
 
 
