@@ -5,7 +5,7 @@
         [--work_dir bench/results/proxy_study] [--out bench/results/proxy_study.json]
 
 Runs the three proxy-task commands as a user would, on the space's embedded data and testing
-YAML (mnasnet: digits): `select_proxy_task_models` trains --models random architectures for
+YAML (mnasnet: digits; every score on its validation split, the test split untouched): `select_proxy_task_models` trains --models random architectures for
 --reference_steps (the cosine schedule stretched to them), `search_proxy_task` trains every one
 of them again at each budget (the reference schedule shortened; --no_early_stop so that every
 budget is measured), and `measure_proxy_task_variance` trains the first model --variance_runs
@@ -90,11 +90,14 @@ def main() -> None:
     json.dump(result, f, indent=2)
   print(f"reference: {a.models} models x {steps} steps, {a.space}; scores"
         f" {scores[0]:.3f}-{scores[-1]:.3f}\n")
-  print("| proxy | steps | Kendall tau vs reference | p | median accuracy | status |")
+  print("| proxy | steps | Kendall tau vs reference [90% interval] | p | median accuracy"
+        " | status |")
   print("|---|---|---|---|---|---|")
   for c in search["candidates"]:
     corr = c["accuracy_correlation"] or {}
-    tau = "n/a" if corr.get("tau") is None else f"{corr['tau']:.3f}"
+    interval = corr.get("interval")
+    tau = "n/a" if corr.get("tau") is None else f"{corr['tau']:.3f}" + (
+        f" [{interval[0]:.2f}, {interval[1]:.2f}]" if interval else "")
     pv = "n/a" if corr.get("p_value") is None else f"{corr['p_value']:.3f}"
     med = "-" if c["median_accuracy"] is None else f"{c['median_accuracy']:.4f}"
     print(f"| {c['name']} | {c['train_steps']} | {tau} | {pv} | {med} | {c['status']} |")

@@ -115,3 +115,33 @@ def _check_sizes(n: int, sizes: Mapping[str, int]) -> None:
 def carved(parts: Sequence[str], seed: int, how: str, of: str = "the training items") -> dict:
   """dataset_info.json's `origin` of splits carved here."""
   return {part: f"carved from {of}: {how}, seed {seed}" for part in parts}
+
+
+# The options that would size or give a test split; a source with an official test set takes none.
+TEST_OPTIONS = ("test_source", "test_fraction", "test_size")
+
+
+def check_official_test(options, name: str, official: str) -> None:
+  """Refuses --test_* for a data set whose test split is its official test set (the command
+  refuses them already through `Source.reads`; this stops a caller of the engine too), and a
+  --validation_fraction outside (0, 1)."""
+  for field in TEST_OPTIONS:
+    if getattr(options, field) is not None:
+      raise NascliError(f"--{field} does not apply to {name}: its test split is the official"
+                        f" test set ({official})")
+  fraction = options.validation_fraction
+  if fraction is not None and not 0.0 < fraction < 1.0:
+    raise NascliError(f"--validation_fraction {fraction} must be between 0 and 1")
+
+
+def official_test_splits(train_labels: Sequence[int], num_test: int, options,
+                         default_fraction: float) -> dict[str, tuple[str, np.ndarray]]:
+  """{split: (official set, positions in it)} of a source that ships a training and a test set:
+  validation carved from the training set (stratified, --seed), train the rest of it, test the
+  official test set whole."""
+  held_out = held_out_count(len(train_labels), options.validation_fraction,
+                            options.validation_size, default_fraction, VALIDATION)
+  parts = stratified_split(train_labels, {VALIDATION: held_out}, options.seed)
+  return {TRAIN: ("train", np.asarray(parts[TRAIN], np.int64)),
+          VALIDATION: ("train", np.asarray(parts[VALIDATION], np.int64)),
+          TEST: ("test", np.arange(num_test, dtype=np.int64))}

@@ -18,7 +18,7 @@ import numpy as np
 
 from nascli.data import archives, download, images, safe_pickle, splits
 from nascli.data.source import ClassInfo, ConvertOptions, Record, Source, register_source
-from nascli.errors import InputError, NascliError
+from nascli.errors import InputError
 
 URL = "https://www.cs.toronto.edu/~kriz/cifar-10-python.tar.gz"
 ARCHIVE_NAME = "cifar-10-python.tar.gz"
@@ -61,19 +61,6 @@ BINARY = _Format(
 FORMATS = (PYTHON, BINARY)
 # Our split name -> the official set its items come from.
 ORIGINAL_SPLITS = {splits.TRAIN: "train", splits.VALIDATION: "train", splits.TEST: "test"}
-# The options that would hold out a test split: CIFAR-10's is the official test_batch.
-_TEST_OPTIONS = ("test_source", "test_fraction", "test_size")
-
-
-def _refuse_test_options(options: ConvertOptions, name: str, official: str) -> None:
-  """Refuses --test_* for a data set whose test split is its official test set (the command
-  refuses them already through `reads`; this stops a caller of the engine too)."""
-  for field in _TEST_OPTIONS:
-    if getattr(options, field) is not None:
-      raise NascliError(f"--{field} does not apply to {name}: its test split is the official"
-                        f" test set ({official})")
-
-
 def _format_of(basename: str) -> _Format | None:
   for fmt in FORMATS:
     if basename in fmt.files:
@@ -106,10 +93,7 @@ class Cifar10Source(Source):
 
   @classmethod
   def check_options(cls, options: ConvertOptions) -> None:
-    _refuse_test_options(options, "cifar10", PYTHON.test)
-    fraction = options.validation_fraction
-    if fraction is not None and not 0.0 < fraction < 1.0:
-      raise NascliError(f"--validation_fraction {fraction} must be between 0 and 1")
+    splits.check_official_test(options, "cifar10", PYTHON.test)
 
   def prepare(self) -> None:
     self.check_options(self.options)
@@ -130,7 +114,10 @@ class Cifar10Source(Source):
       self._format, batches = self._read_archive(self._path)
       self._sha256 = download.file_digest(self._path, "sha256")
     self._assemble(batches)
-    self._split()
+    # validation carved from the official training set, stratified by class; train the rest;
+    # test the official test set: (official set, positions in it) each.
+    self._splits = splits.official_test_splits(self._labels["train"], len(self._labels["test"]),
+                                               self.options, DEFAULT_VALIDATION_FRACTION)
 
   # ----- reading
 
@@ -218,20 +205,6 @@ class Cifar10Source(Source):
           name for b in batches for name in (b.filenames or [None] * len(b.labels))]
       starts = np.cumsum([0] + [len(b.labels) for b in batches[:-1]])
       self._origins[official] = [(int(s), b.where, b.stem) for s, b in zip(starts, batches)]
-
-  def _split(self) -> None:
-    """validation: carved from the official training set, stratified by class; train: the rest;
-    test: the official test set. Each split is (official set, positions in it)."""
-    o = self.options
-    train_labels = self._labels["train"]
-    held_out = splits.held_out_count(len(train_labels), o.validation_fraction, o.validation_size,
-                                     DEFAULT_VALIDATION_FRACTION, splits.VALIDATION)
-    parts = splits.stratified_split(train_labels, {splits.VALIDATION: held_out}, o.seed)
-    self._splits: dict[str, tuple[str, np.ndarray]] = {
-        splits.TRAIN: ("train", np.asarray(parts[splits.TRAIN], np.int64)),
-        splits.VALIDATION: ("train", np.asarray(parts[splits.VALIDATION], np.int64)),
-        splits.TEST: ("test", np.arange(len(self._labels["test"]), dtype=np.int64)),
-    }
 
   def _locate(self, split: str, index: int) -> tuple[str, int, str, str, int]:
     """(official set, position in it, batch location, batch stem, index in the batch)."""

@@ -39,7 +39,6 @@ ORIGINAL_SPLITS = {splits.TRAIN: "train", splits.VALIDATION: "train", splits.TES
 # set's size, the 54k/6k split common for MNIST.
 DEFAULT_VALIDATION_FRACTION = 0.1
 # The options that would hold out a test split: MNIST's is the official t10k set.
-_TEST_OPTIONS = ("test_source", "test_fraction", "test_size")
 # FastNN's labels.txt said "size" for six; the typo is not kept.
 CLASS_NAMES = ("zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine")
 IMAGES_MAGIC = 2051  # 0x00000803: unsigned bytes, 3 dimensions.
@@ -92,14 +91,7 @@ class MnistSource(Source):
   def check_options(cls, options: ConvertOptions) -> None:
     if options.channels not in (None, 1, 3):
       raise NascliError(f"--channels must be 1 or 3 for mnist, got {options.channels}")
-    # The command refuses these already (they are not in `reads`); this stops an engine caller.
-    for field in _TEST_OPTIONS:
-      if getattr(options, field) is not None:
-        raise NascliError(f"--{field} does not apply to mnist: its test split is the official"
-                          f" test set ({OFFICIAL_SETS['test'][0]})")
-    fraction = options.validation_fraction
-    if fraction is not None and not 0.0 < fraction < 1.0:
-      raise NascliError(f"--validation_fraction {fraction} must be between 0 and 1")
+    splits.check_official_test(options, "mnist", OFFICIAL_SETS["test"][0])
 
   def prepare(self) -> None:
     self.check_options(self.options)
@@ -122,21 +114,10 @@ class MnistSource(Source):
       self._images[official] = pixels
       self._labels[official] = labels
     self._sha256 = {stem: _file_sha256(self._paths[stem]) for stem, _ in FILES}
-    self._split()
-
-  def _split(self) -> None:
-    """validation: carved from the official training set, stratified by class; train: the rest;
-    test: the official t10k set. Each split is (official set, positions in it)."""
-    o = self.options
-    train_labels = self._labels["train"]
-    held_out = splits.held_out_count(len(train_labels), o.validation_fraction, o.validation_size,
-                                     DEFAULT_VALIDATION_FRACTION, splits.VALIDATION)
-    parts = splits.stratified_split(train_labels, {splits.VALIDATION: held_out}, o.seed)
-    self._splits: dict[str, tuple[str, np.ndarray]] = {
-        splits.TRAIN: ("train", np.asarray(parts[splits.TRAIN], np.int64)),
-        splits.VALIDATION: ("train", np.asarray(parts[splits.VALIDATION], np.int64)),
-        splits.TEST: ("test", np.arange(len(self._labels["test"]), dtype=np.int64)),
-    }
+    # validation carved from the official training set, stratified by class; train the rest;
+    # test the official test set: (official set, positions in it) each.
+    self._splits = splits.official_test_splits(self._labels["train"], len(self._labels["test"]),
+                                               self.options, DEFAULT_VALIDATION_FRACTION)
 
   def _locate(self, split: str, index: int) -> tuple[str, int]:
     """(official set, position in it) of item `index` of `split`."""
