@@ -145,3 +145,10 @@ def official_test_splits(train_labels: Sequence[int], num_test: int, options,
   return {TRAIN: ("train", np.asarray(parts[TRAIN], np.int64)),
           VALIDATION: ("train", np.asarray(parts[VALIDATION], np.int64)),
           TEST: ("test", np.arange(num_test, dtype=np.int64))}
+
+
+def official_test_origins(train_set: str, test_set: str, seed: int) -> dict[str, str]:
+  """split_origins() of `official_test_splits`."""
+  return {TRAIN: f"{train_set} less the validation split",
+          **carved([VALIDATION], seed, "stratified by class", of=train_set),
+          TEST: f"the official test set ({test_set})"}

@@ -232,13 +232,8 @@ class Cifar10Source(Source):
     return {split: len(positions) for split, (_, positions) in self._splits.items()}
 
   def split_origins(self) -> dict[str, str]:
-    train_set = f"the official training set ({self._batch_range()})"
-    return {
-        splits.TRAIN: f"{train_set} less the validation split",
-        **splits.carved([splits.VALIDATION], self.options.seed, "stratified by class",
-                        of=train_set),
-        splits.TEST: f"the official test set ({self._origins['test'][0][2]})",
-    }
+    return splits.official_test_origins(f"the official training set ({self._batch_range()})",
+                                        self._origins["test"][0][2], self.options.seed)
 
   def _batch_range(self) -> str:
     stems = [stem for _, _, stem in self._origins["train"]]

@@ -169,13 +169,9 @@ class MnistSource(Source):
     return {split: len(positions) for split, (_, positions) in self._splits.items()}
 
   def split_origins(self) -> dict[str, str]:
-    train_set = f"the official training set ({OFFICIAL_SETS['train'][0]})"
-    return {
-        splits.TRAIN: f"{train_set} less the validation split",
-        **splits.carved([splits.VALIDATION], self.options.seed, "stratified by class",
-                        of=train_set),
-        splits.TEST: f"the official test set ({OFFICIAL_SETS['test'][0]})",
-    }
+    return splits.official_test_origins(
+        f"the official training set ({OFFICIAL_SETS['train'][0]})", OFFICIAL_SETS["test"][0],
+        self.options.seed)
 
   def settings(self) -> dict[str, Any]:
     o = self.options
