@@ -97,7 +97,9 @@ def test_unfinished_run_without_finished_shards_restarts_with_other_settings(run
   info, stats, _ = run_convert("digits", output_dir=out, image_size=8, num_shards=2)
   assert info["status"] == "written" and stats["records_written"] == 1797
   assert "starting afresh" in capsys.readouterr().err
-  assert sorted(os.listdir(out)) == [INFO, "labels.txt", "train-00000-of-00002.tfrecord",
+  assert sorted(os.listdir(out)) == [INFO, "labels.txt", "test-00000-of-00002.tfrecord",
+                                     "test-00001-of-00002.tfrecord",
+                                     "train-00000-of-00002.tfrecord",
                                      "train-00001-of-00002.tfrecord",
                                      "validation-00000-of-00002.tfrecord",
                                      "validation-00001-of-00002.tfrecord"]
@@ -314,8 +316,9 @@ def test_piped_table_is_whole_and_logs_get_progress_lines(tmp_path):
   lines = [l for l in proc.stderr.splitlines() if l.startswith("writing: ")]
   assert lines, proc.stderr
   for line in lines:
-    assert re.fullmatch(r"writing: (train|validation), \d+/1797 images \(\d+%\), \d+ images/s,"
-                        r" elapsed \d+:\d\d:\d\d, ETA (\d+:\d\d:\d\d|unknown)", line), line
+    assert re.fullmatch(r"writing: (train|validation|test), \d+/1797 images \(\d+%\),"
+                        r" \d+ images/s, elapsed \d+:\d\d:\d\d, ETA (\d+:\d\d:\d\d|unknown)",
+                        line), line
 
 
 def test_verify_table_is_whole_off_a_terminal(cli, tmp_path):

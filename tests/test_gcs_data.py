@@ -47,7 +47,8 @@ def test_convert_to_gcs_writes_what_a_local_conversion_writes(cli, gcs_prefix, t
   assert code == 0, err
   local_names = sorted(os.listdir(tmp_path / "local"))
   assert storage.list_names(url) == local_names == [
-      "dataset_info.json", "labels.txt", "train-00000-of-00002.tfrecord",
+      "dataset_info.json", "labels.txt", "test-00000-of-00002.tfrecord",
+      "test-00001-of-00002.tfrecord", "train-00000-of-00002.tfrecord",
       "train-00001-of-00002.tfrecord", "validation-00000-of-00002.tfrecord",
       "validation-00001-of-00002.tfrecord"]
   for name in local_names:  # the same bytes, dataset_info.json included
@@ -55,7 +56,7 @@ def test_convert_to_gcs_writes_what_a_local_conversion_writes(cli, gcs_prefix, t
   shard = "train-00001-of-00002.tfrecord"
   storage.download_file(storage.join(url, shard), tmp_path / "back" / shard)
   records = read_examples(tmp_path / "back" / shard)
-  assert len(records) == 719 and records == read_examples(tmp_path / "local" / shard)
+  assert len(records) == 539 and records == read_examples(tmp_path / "local" / shard)
   assert not any((cache_dir / "convert-staging").rglob("*.tfrecord"))  # removed after upload
 
   # Again: the finished conversion in the bucket is recognised, not rewritten.
@@ -102,7 +103,7 @@ def test_interrupted_upload_resumes(cli, gcs_prefix, cache_dir, monkeypatch):
   monkeypatch.setattr(storage, "upload_file", real_upload)
   code, out, err = cli(*args)
   assert code == 0, err
-  assert len(storage.list_names(gcs_prefix)) == 6
+  assert len(storage.list_names(gcs_prefix)) == 8
   info = json.loads(storage.read_text(storage.join(gcs_prefix, "dataset_info.json")))
   assert info["splits"]["train"]["num_records"] == 1079
 
@@ -149,9 +150,13 @@ def test_train_stages_gcs_data_and_uploads_gcs_model_dir(cli, gcs_digits, gcs_pr
   assert (staged / "train-00000-of-00002.tfrecord").exists()
   assert not any((cache_dir / "model-staging").rglob("ckpt-*"))  # work dir removed
 
-  code, out, err = cli("eval", "--model_dir", model_url)
+  # The validation split the training evaluated on gives its number again (the default, the
+  # test split of the staged data, is test_train_run's).
+  code, out, err = cli("eval", "--model_dir", model_url, "--split", "validation")
   assert code == 0, err
-  assert out.startswith("result: {'top_5_accuracy': ") and out.strip().endswith(
+  claim, line = out.strip().splitlines()
+  assert claim.startswith("evaluated on: the validation split of ") and "(359 images" in claim
+  assert line.startswith("result: {'top_5_accuracy': ") and line.endswith(
       f"ckpt={model_url}/ckpt-10")
   saved = json.loads(storage.read_text(storage.join(model_url, "eval_metrics.json")))
   assert saved["metrics"]["accuracy"] == pytest.approx(result["eval_metrics"]["accuracy"],

