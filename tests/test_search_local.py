@@ -416,13 +416,13 @@ def test_the_config_check_gives_the_trials_budget_early_stopping_must_fit(cache,
     search_loop.check_budget(args.scheduler, result["train_steps"])
   args.scheduler.min_steps = 50
   search_loop.check_budget(args.scheduler, result["train_steps"])
-  # The default, auto, on this budget: a first rung of 12 steps (0.27 epochs) ranks at chance,
+  # The default, auto, on this budget: a first rung of 12 steps (0.36 epochs) ranks at chance,
   # so no early stopping; 810 steps put it at 90 (2 epochs): promotions, rungs 90/270/810.
   auto = scheduler_lib.SchedulerSettings(default_early_stopping)
   assert auto.name == "auto"
   resolved, why = scheduler_lib.resolve(auto, result["train_steps"], result["steps_per_epoch"])
   assert (resolved.name, why) == ("none", "early stopping (auto): none (a first rung would"
-                                  " train 12 steps, 0.27 epochs, under 2 epochs, too short to"
+                                  " train 12 steps, 0.36 epochs, under 2 epochs, too short to"
                                   " rank architectures; --early_stopping asha_promotions forces"
                                   " rungs)")  # as docs/commands/search_in_local.md shows it
   resolved, why = scheduler_lib.resolve(auto, 810, result["steps_per_epoch"])
