@@ -427,7 +427,7 @@ def test_the_config_check_gives_the_trials_budget_early_stopping_must_fit(cache,
                                   " rungs)")  # as docs/commands/search_in_local.md shows it
   resolved, why = scheduler_lib.resolve(auto, 810, result["steps_per_epoch"])
   assert (resolved.name, why) == ("asha_promotions", "early stopping (auto): asha_promotions,"
-                                  " rungs at 90, 270, 810 steps (the first trains 90 steps, 2"
+                                  " rungs at 90, 270, 810 steps (the first trains 90 steps, 2.7"
                                   " epochs; --early_stopping none turns it off)")
 
 
