@@ -255,7 +255,8 @@ def variance_job_page(job_dir: str, state: Any = None, rows: Any = None,
   if curves:
     page.heading('Learning curves', 'Each run (seed) of the architecture along its training.')
     page.plots(*curves)
-  page.heading('Runs', 'One architecture, one row per seed.')
+  page.heading('Runs', 'One architecture, one row per seed; metrics on the validation split'
+               ' (the test split is never read here).')
   search_page.trial_table(page, job_dir, rows, metric, state)
   page.heading('Settings')
   page.preformatted('settings', json.dumps(dict(state.settings or {}), indent=2,
@@ -316,7 +317,8 @@ def _variance_section(page: Page, result: dict) -> None:
 def _models_section(page: Page, selection: dict) -> None:
   models = selection.get('models') or []
   page.heading('Models chosen for the proxy study (select_proxy_task_models)',
-               f'{len(models)} models spread over the reference search\'s accuracy.')
+               f'{len(models)} models spread over the reference search\'s accuracy (on the'
+               ' validation split).')
   for warning in selection.get('warnings') or []:
     page.text(f'Warning: {warning}.', css='summary')
   rows = [[Cell(str(m.get('trial_id')), str(m.get('trial_id'))),
