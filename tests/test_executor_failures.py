@@ -207,9 +207,10 @@ def test_rays_actor_follows_the_same_rules(toy_workers, tmp_path, monkeypatch):
   """Ray's TrialActor (called in this process, no Ray cluster) shares Attempt: a worker killed
   between trials costs the next trial nothing, a timeout kills the worker and the next attempt
   gets a fresh one."""
-  from nascli.search import ray_executor  # pylint: disable=g-import-not-at-top
-  monkeypatch.setattr(ray_executor, "_node", lambda: "node 10.0.0.9")
-  actor = ray_executor.TrialActor("0.1", 5, trial_timeout=1)
+  from nascli.search import ray_actor  # pylint: disable=g-import-not-at-top
+  from nascli.search import ray_remote  # pylint: disable=g-import-not-at-top
+  monkeypatch.setattr(ray_remote, "node_label", lambda: "node 10.0.0.9")
+  actor = ray_actor.TrialActor("0.1", 5, trial_timeout=1)
   try:
     first = _toy(tmp_path, "1", "complete")
     assert actor.run(*first, str(ROOT)) == executors.Outcome(returncode=0)
@@ -235,13 +236,13 @@ def test_rays_actor_follows_the_same_rules(toy_workers, tmp_path, monkeypatch):
 def test_trial_timeout_kills_a_trial_process_and_its_group(tmp_path):
   """--trial_isolation process (here, and as a Ray task): the trial process is killed with its
   process group past the limit and the attempt fails with the reason timeout."""
-  from nascli.search import ray_executor  # pylint: disable=g-import-not-at-top
+  from nascli.search import ray_remote  # pylint: disable=g-import-not-at-top
   trial_dir = tmp_path / "1"
   trial_dir.mkdir()
   # A process group as a trial process has one, with a child of its own that would outlive it.
   script = "import subprocess, sys, time; subprocess.Popen(['sleep', '600']); time.sleep(600)"
   process = subprocess.Popen([sys.executable, "-c", script], process_group=0)
-  outcome = ray_executor._wait(process, str(trial_dir), 1)  # pylint: disable=protected-access
+  outcome = ray_remote._wait(process, str(trial_dir), 1)  # pylint: disable=protected-access
   reason = "timeout: attempt ran past --trial_timeout 1 s"
   assert outcome == executors.Outcome(returncode=-signal.SIGKILL, error=reason)
   assert _status(str(trial_dir))["reason"] == reason
