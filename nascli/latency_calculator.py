@@ -48,6 +48,7 @@ from typing import Any, Callable, Iterator
 from nascli import checks
 from nascli import storage
 from nascli.errors import NascliError
+from nascli.search import search_job
 
 REQUEST_NAME = "latency_request.json"
 RESULT_NAME = "latency_result.json"
@@ -279,12 +280,8 @@ def check_args(args: CalculatorArgs) -> None:
     raise NascliError(f"--poll_interval_s must be positive, got {args.poll_interval_s}")
   if not args.idle_timeout_s >= 0:
     raise NascliError(f"--idle_timeout_s must be >= 0 (0: no limit), got {args.idle_timeout_s}")
-  if not storage.is_gcs(args.job_dir):
-    if not os.path.exists(args.job_dir):
-      raise NascliError(f"--local_output_dir {args.job_dir}: no such folder (start the search"
-                        " first; the calculator then waits for its trials)")
-    if not os.path.isdir(args.job_dir):
-      raise NascliError(f"--local_output_dir {args.job_dir} is a file, not a search job dir")
+  search_job.check(args.job_dir, "--local_output_dir", started=False,
+                   hint="start the search first (the calculator then waits for its trials)")
 
 
 def owns(args: CalculatorArgs, trial_id: str) -> bool:

@@ -8,6 +8,7 @@ at 1200 pixels wide.
 """
 
 import argparse
+import importlib.util
 import os
 import subprocess
 import sys
@@ -23,6 +24,10 @@ def main() -> int:
   parser.add_argument("--height", type=int, default=1800)
   parser.add_argument("--chromium", default=os.environ.get("NASCLI_CHROMIUM", "/usr/bin/chromium"))
   args = parser.parse_args()
+  if importlib.util.find_spec("playwright") is None:  # not in the main setup: --test adds it
+    sys.stderr.write("Error: scripts/screenshot_report.py needs Playwright, which the test setup"
+                     " installs: bash scripts/setup.sh --test\n")
+    return 1
   done = subprocess.run([sys.executable, "-m", "nascli", "report", args.job_dir],
                         capture_output=True, text=True, check=False)
   if done.returncode:

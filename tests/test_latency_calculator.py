@@ -203,7 +203,7 @@ def test_bad_flags_are_refused_before_tensorflow(tmp_path):
       (["run_latency_calculator_local"], 1,
        "give the search's job dir: --local_output_dir JOB_DIR (a folder or gs://BUCKET/PREFIX)"),
       (["run_latency_calculator_local", "--local_output_dir", str(tmp_path / "missing")], 1,
-       f"--local_output_dir {tmp_path}/missing: no such folder (start the search first; the"
+       f"--local_output_dir {tmp_path}/missing does not exist; start the search first (the"
        " calculator then waits for its trials)"),
       # An unknown choice of a command's own option is a usage error (exit 2), as for every
       # nascli command (help_layout.UsageError).

@@ -52,17 +52,17 @@ def list_trials(
   from nascli.search import summary
   wanted = _statuses(status or [], journal_lib.FINAL_STATUSES + (
       journal_lib.INTERRUPTED, journal_lib.RUNNING, journal_lib.PENDING, journal_lib.PAUSED))
-  journal = journal_lib.journal_for(job_dir)
-  if not journal.exists():
+  from nascli.search import search_job
+  search_job.check_exists(job_dir)
+  if (not journal_lib.journal_for(job_dir).exists()
+      and storage.exists(storage.join(job_dir, "search_controller_state.json"))):
     candidates = storage.join(job_dir, "candidates")  # proxy_search_main.CANDIDATES_DIR
-    if storage.exists(storage.join(job_dir, "search_controller_state.json")):
-      names = sorted({n.split("/")[0] for n in storage.list_names(candidates)})
-      raise NascliError(f"{job_dir} is a search_proxy_task job: each candidate is a search"
-                        f" job, e.g. `nascli list_trials {storage.join(candidates, names[0])}`"
-                        f" (candidates: {', '.join(names)})" if names else
-                        f"{job_dir} is a search_proxy_task job with no candidate trained yet")
-    raise NascliError(f"{job_dir} is not a nascli search job (no {journal.NAME})")
-  state = journal_lib.replay(journal.events())
+    names = sorted({n.split("/")[0] for n in storage.list_names(candidates)})
+    raise NascliError(f"{job_dir} is a search_proxy_task job: each candidate is a search"
+                      f" job, e.g. `nascli list_trials {storage.join(candidates, names[0])}`"
+                      f" (candidates: {', '.join(names)})" if names else
+                      f"{job_dir} is a search_proxy_task job with no candidate trained yet")
+  state = journal_lib.replay(search_job.check(job_dir).events())
   if pareto and not results.objectives_of(state):
     raise NascliError(f"{job_dir} has no Pareto front: it searched one reward (no --objectives)")
   all_rows = results.trial_rows(job_dir, state)
