@@ -398,6 +398,9 @@ def test_gcs_journal_is_create_only_and_checks_its_entries(gcs_prefix, monkeypat
 def test_list_trials_names_a_damaged_gcs_journal(cli, gcs_prefix):
   job = storage.join(gcs_prefix, "job")
   code, _, stderr = cli("list_trials", job)
+  assert code == 1 and stderr == f"Error: {job} does not exist\n"  # as `report` says
+  storage.write_text(storage.join(job, "notes.txt"), "x")
+  code, _, stderr = cli("list_trials", job)
   assert code == 1 and stderr == f"Error: {job} is not a nascli search job (no journal/)\n"
   storage.write_text(GcsJournal(job).entry(1), '{"seq": 1, "event": "search_started"}')
   storage.write_text(GcsJournal(job).entry(3), '{"seq": 3, "event": "note"}')

@@ -4,8 +4,8 @@ same mistake in the same words: `JOB does not exist`, `JOB is a file, not a nasc
 `JOB is a converted data set (dataset_info.json), not a nascli search job`, `JOB is not a nascli
 search job (no journal.jsonl)`.
 
-A gs:// prefix exists only through its objects, so there a missing job dir and an empty one are
-the same answer: no journal.
+A gs:// prefix exists only through its objects: one with none "does not exist" (as `report`
+has always said), except to a latency calculator, which may start before its search.
 """
 
 from __future__ import annotations
@@ -26,9 +26,9 @@ def _named(job_dir: str, what: str | None) -> str:
 
 
 def check_exists(job_dir: str, what: str | None = None, hint: str | None = None) -> None:
-  """Refuses a local `job_dir` that does not exist; `what` names the flag, if any, and `hint`
-  what to do about it."""
-  if not storage.is_gcs(job_dir) and not os.path.exists(job_dir):
+  """Refuses a `job_dir` that does not exist (a gs:// prefix: no object under it); `what` names
+  the flag, if any, and `hint` what to do about it."""
+  if not storage.exists(job_dir):
     raise NascliError(f"{_named(job_dir, what)} does not exist" + (f"; {hint}" if hint else ""))
 
 
@@ -53,7 +53,8 @@ def check(job_dir: str, what: str | None = None, started: bool = True,
     NascliError: as the module says.
   """
   from nascli.search import journal as journal_lib  # pylint: disable=g-import-not-at-top
-  check_exists(job_dir, what, hint)
+  if started or not storage.is_gcs(job_dir):
+    check_exists(job_dir, what, hint)
   journal = journal_lib.journal_for(job_dir)
   if journal.exists():
     return journal
