@@ -124,6 +124,14 @@ class LocalCluster:
       self._start(["--address", self.address], cpus_per_worker)
     return self
 
+  def add_node(self, cpus: int = 1) -> Node:
+    """Starts one more worker node (as `ray start --address` on a machine that joins)."""
+    return self._start(["--address", self.address], cpus)
+
+  def workers(self) -> list[Node]:
+    """The worker nodes whose raylet runs (the head and killed nodes left out)."""
+    return [n for n in self.nodes[1:] if n.raylet_pids()]
+
   def kill_node(self, node: Node) -> list[int]:
     """SIGKILLs a node's raylet and everything under it (its workers, their trials)."""
     pids = _descendants(node.raylet_pids())

@@ -224,3 +224,80 @@ def test_the_probe_waits_15_s_unless_told_another_positive_time(monkeypatch, val
   else:
     monkeypatch.setenv("NASCLI_RAY_PROBE_TIMEOUT_S", value)
   assert ray_connect.probe_timeout_s() == seconds
+
+
+def _two_workers(cluster):
+  """Worker nodes started again where a test above killed one: two alive, Ray seeing both."""
+  while len(cluster.workers()) < 2:
+    cluster.add_node(1)
+  return cluster.workers()
+
+
+# Slow tier (about 2 minutes each here): the default tier has Ray tasks on a local instance
+# (tests/test_search_ray.py::test_sigterm_stops_the_ray_trials_which_record_it[process-SIGINT])
+# and the lost-node watch on a fake cluster (tests/test_ray_nodes.py).
+@pytest.mark.slow
+def test_trials_as_ray_tasks_run_on_both_nodes(cluster, cache, tmp_path):
+  """--trial_isolation process: each attempt a Ray task; two at once on two nodes of one CPU
+  each, so one on each, as the journal's `node` of each completed trial says."""
+  workers = {n.node_id() for n in _two_workers(cluster)}
+  job = tmp_path / "job"
+  args = _search_args(cluster, job)
+  args[args.index("--max_nas_trial") + 1] = "2"
+  done = subprocess.run([sys.executable, "-m", "nascli", *args, "--trial_isolation", "process"],
+                        env=_env(cache, RAY_AUTH_TOKEN=cluster.token), capture_output=True,
+                        text=True, timeout=600, check=False)
+  assert done.returncode == 0, done.stderr[-3000:]
+  rows = json.loads(done.stdout)
+  assert [(r["trial_id"], r["status"]) for r in rows] == [("1", "completed"), ("2", "completed")]
+  events = journal_events(job)
+  assert json.loads((job / "1" / "trial_spec.json").read_text())  # a trial process's own spec
+  ran_on = [e["node"]["node_id"] for e in events if e["event"] == "completed"]
+  assert sorted(ran_on) == sorted(workers), (ran_on, workers)
+  assert not [e for e in events if e["event"] in ("lost", "failed")]
+  assert not (job / "workers").exists()  # no warm worker: a trial process per attempt
+
+
+@pytest.mark.slow
+def test_losing_every_node_that_can_run_a_trial_is_one_line_then_a_rerun_resumes(
+    cluster, cache, tmp_path):
+  """Both worker nodes SIGKILLed under a search (the head has no CPU): the search says so in
+  one line once no node able to run a trial has been alive for NASCLI_RAY_NO_NODE_S (5 s here,
+  20 by default) and exits 1; with a node started again, the same command resumes and ends."""
+  _two_workers(cluster)
+  job = tmp_path / "job"
+  args = _search_args(cluster, job)
+  args[args.index("--max_nas_trial") + 1] = "2"
+  args[args.index("--max_parallel_nas_trial") + 1] = "1"
+  cmd = [sys.executable, "-m", "nascli", *args]
+  env = _env(cache, RAY_AUTH_TOKEN=cluster.token, NASCLI_RAY_NO_NODE_S="5")
+  driver = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True)
+  try:
+    _wait_for(job, lambda ev: [e for e in ev if e["event"] == "started"], 300, driver)
+    time.sleep(2)  # the attempt is under way on its node
+    for node in cluster.workers():
+      assert cluster.kill_node(node)
+    killed = time.monotonic()
+    _, err = driver.communicate(timeout=120)
+    waited = time.monotonic() - killed
+  finally:
+    if driver.poll() is None:
+      driver.kill()
+  assert driver.returncode == 1, err[-3000:]
+  assert waited < 60, waited
+  line = err.strip().splitlines()[-1]
+  assert re.fullmatch(
+      rf"Error: no node of the Ray cluster at {re.escape(cluster.address)} can run a trial"
+      r" \(needs 1 CPUs and 0 GPUs\); the search waited [5-9] s; start nodes and run the same"
+      r" command again to resume", line), err[-3000:]
+  assert sum("no node of the Ray cluster" in x for x in err.splitlines()) == 1
+  assert [e["event"] for e in journal_events(job)][-1] in ("started", "lost")
+  node = cluster.add_node(1)
+  again = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600,
+                         check=False)
+  assert again.returncode == 0, again.stderr[-3000:]
+  rows = json.loads(again.stdout)
+  assert [(r["trial_id"], r["status"]) for r in rows] == [("1", "completed"), ("2", "completed")]
+  completed = [e for e in journal_events(job) if e["event"] == "completed"]
+  assert {e["node"]["node_id"] for e in completed} == {node.node_id()}
