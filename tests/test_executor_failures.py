@@ -18,6 +18,7 @@ import pytest
 
 from nascli import parent_death
 from nascli.search import executors
+from nascli.search import trial_processes
 from nascli.search import warm_workers
 
 TESTS = Path(__file__).resolve().parent
@@ -31,7 +32,7 @@ def toy_workers(monkeypatch):
   monkeypatch.setattr(warm_workers, "WORKER_MODULE", "toy_worker")
   monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(TESTS), str(ROOT)]))
   monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
-  monkeypatch.setattr(executors, "local_gpus", lambda: [])  # slots share the CPU
+  monkeypatch.setattr(trial_processes, "local_gpus", lambda: [])  # slots share the CPU
 
 
 def _toy(job: Path, trial_id: str, action: str) -> tuple[str, str]:
@@ -266,7 +267,7 @@ def _group_members(pgid: int) -> list[int]:
 
 def test_local_executor_times_out_its_trial_process(tmp_path, monkeypatch):
   """The process executor's own poll keeps the limit from the process's start."""
-  monkeypatch.setattr(executors, "trial_command",
+  monkeypatch.setattr(trial_processes, "trial_command",
                       lambda spec: [sys.executable, "-c", "import time; time.sleep(600)"])
   ex = executors.LocalExecutor(trial_timeout=1)
   trial_dir = tmp_path / "1"
@@ -343,13 +344,13 @@ def test_an_nvidia_smi_that_hangs_is_said_once(monkeypatch, capsys):
     calls.append(command)
     raise subprocess.TimeoutExpired(command, kwargs["timeout"])
 
-  monkeypatch.setattr(executors.subprocess, "run", hangs)
-  executors._nvidia_smi_gpus.cache_clear()  # pylint: disable=protected-access
+  monkeypatch.setattr(trial_processes.subprocess, "run", hangs)
+  trial_processes._nvidia_smi_gpus.cache_clear()  # pylint: disable=protected-access
   try:
     ex = executors.LocalExecutor()
     assert ex.slots(2) == [None, None] and ex.slots(2) == [None, None]
   finally:
-    executors._nvidia_smi_gpus.cache_clear()  # pylint: disable=protected-access
+    trial_processes._nvidia_smi_gpus.cache_clear()  # pylint: disable=protected-access
   assert len(calls) == 1
   assert capsys.readouterr().err == (
       "warning: nvidia-smi did not answer within 10 s: trials run without GPU pinning, sharing"
@@ -362,12 +363,12 @@ def test_no_nvidia_smi_is_a_cpu_machine_and_says_nothing(monkeypatch, capsys):
   def missing(command, **kwargs):
     raise FileNotFoundError(2, "No such file or directory", command[0])
 
-  monkeypatch.setattr(executors.subprocess, "run", missing)
-  executors._nvidia_smi_gpus.cache_clear()  # pylint: disable=protected-access
+  monkeypatch.setattr(trial_processes.subprocess, "run", missing)
+  trial_processes._nvidia_smi_gpus.cache_clear()  # pylint: disable=protected-access
   try:
     assert executors.local_gpus() == []
   finally:
-    executors._nvidia_smi_gpus.cache_clear()  # pylint: disable=protected-access
+    trial_processes._nvidia_smi_gpus.cache_clear()  # pylint: disable=protected-access
   assert capsys.readouterr().err == ""
 
 

@@ -25,21 +25,40 @@ flag check can ask before anything heavy is imported.
 
 Algorithms: random and regularized evolution (pyglove's), NSGA-II (pyglove's, multi-objective),
 TPE (Optuna's sampler, nascli/search/tpe.py) and REINFORCE (nascli/search/reinforce.py). The
-last two sample a DNA decision by decision through `Decisions`.
+last two sample a DNA decision by decision through `Decisions` (decisions.py). Each registers
+itself with algorithm_registry.py; algorithms.py imports them all.
 """
 
 from __future__ import annotations
 
 import collections
-import dataclasses
-import itertools
 from typing import Any, Callable, Iterable, Mapping, NamedTuple
 
 import pyglove as pg
 
 from nascli.errors import NascliError
+# Every algorithm, registered (imported for that).
+from nascli.search import algorithms  # noqa: F401  pylint: disable=unused-import
+# The registry's and the decisions' public names, re-exported: callers know them from here.
+# pylint: disable=unused-import
+from nascli.search.algorithm_registry import _ALGORITHMS
+from nascli.search.algorithm_registry import _REPEATS
+from nascli.search.algorithm_registry import algorithm_supports_objectives
+from nascli.search.algorithm_registry import check_objectives
+from nascli.search.algorithm_registry import known_algorithms
+from nascli.search.algorithm_registry import make_algorithm
+from nascli.search.algorithm_registry import register_algorithm
+from nascli.search.decisions import Chooser
+from nascli.search.decisions import Decision
+from nascli.search.decisions import Decisions
+from nascli.search.decisions import Dna
+from nascli.search.decisions import dna_key
+from nascli.search.pyglove_algorithms import DEFAULT_NSGA2_POPULATION_SIZE
+from nascli.search.pyglove_algorithms import DEFAULT_POPULATION_SIZE
+from nascli.search.pyglove_algorithms import DEFAULT_TOURNAMENT_SIZE
+from nascli.search.pyglove_algorithms import FIXED
+# pylint: enable=unused-import
 
-Dna = tuple[int | float, ...]
 Reward = float | tuple[float, ...]
 
 
@@ -54,11 +73,6 @@ class Proposed(NamedTuple):
 # (space, dna) -> Vertex's nas_params object, e.g. {"blocks[0].kernel_size": "0/2 (3)"}.
 ToNasParams = Callable[[Any, pg.DNA], dict[str, Any]]
 
-DEFAULT_POPULATION_SIZE = 20
-DEFAULT_TOURNAMENT_SIZE = 5
-# NSGA-II's first 2 x population_size proposals are random: small, for searches of ~100 trials
-# (8 against 5, 10, 20: BENCHMARKS.md, NAS-Bench-201 hypervolume, tuning seeds).
-DEFAULT_NSGA2_POPULATION_SIZE = 8
 # A replayed proposal may be preceded by duplicates that the first run skipped; this only
 # bounds a replay that can never match (the code changed), so it is far above `max_attempts`.
 _REPLAY_MAX_ATTEMPTS = 10_000
@@ -68,325 +82,9 @@ WARM_START = 'warm_start'
 # (nascli/search/latency_gate.py): fed back its penalty.
 OVER_TARGET = 'over_target'
 
-_ALGORITHMS: dict[str, Callable[..., pg.DNAGenerator]] = {}
-# name -> (fewest, most) objectives it optimizes; most None: any number.
-_OBJECTIVES: dict[str, tuple[int, int | None]] = {}
-# Algorithms whose repeated proposals are trials of their own (`propose_trial`).
-_REPEATS: set[str] = set()
-# Algorithms the commands build for themselves, never a --search_algorithm.
-_INTERNAL: set[str] = set()
-
 
 class ReplayMismatchError(NascliError):
   """The rebuilt controller proposes other DNAs than the journal recorded."""
-
-
-def register_algorithm(name: str, objectives: tuple[int, int | None] = (1, 1), *,
-                       repeats: bool = False, internal: bool = False
-                       ) -> Callable[[Callable[..., pg.DNAGenerator]],
-                                     Callable[..., pg.DNAGenerator]]:
-  """Registers `factory(seed, **options) -> pg.DNAGenerator` as search algorithm `name`.
-
-  The factory must return a generator whose proposals depend only on the seed and the
-  feedback it got, or resume cannot rebuild it.
-
-  Args:
-    name: The algorithm's name (`--search_algorithm`).
-    objectives: (fewest, most) objectives it optimizes, most None for any number. An
-      algorithm that can take more than one is also passed `num_objectives=` (its rewards
-      are then tuples of that length).
-    repeats: a proposal of an architecture proposed before is a trial too (the same model
-      trained again, e.g. with another seed), not a duplicate to skip.
-    internal: built by a command for itself (the proxy-task commands), not listed among the
-      --search_algorithm choices.
-  """
-  def decorator(factory):
-    if name in _ALGORITHMS:
-      raise KeyError(f'search algorithm {name!r} is registered twice')
-    _ALGORITHMS[name] = factory
-    _OBJECTIVES[name] = objectives
-    if repeats:
-      _REPEATS.add(name)
-    if internal:
-      _INTERNAL.add(name)
-    return factory
-  return decorator
-
-
-def known_algorithms() -> list[str]:
-  """The --search_algorithm choices."""
-  return sorted(set(_ALGORITHMS) - _INTERNAL)
-
-
-def _check_name(name: str) -> None:
-  if name not in _ALGORITHMS:
-    raise NascliError(f'unknown search algorithm {name!r} (choose from: '
-                      f'{", ".join(known_algorithms())})')
-
-
-def algorithm_supports_objectives(name: str, num_objectives: int) -> bool:
-  """Whether algorithm `name` can optimize `num_objectives` objectives (1: a scalar reward)."""
-  _check_name(name)
-  fewest, most = _OBJECTIVES.get(name, (1, 1))
-  return fewest <= num_objectives and (most is None or num_objectives <= most)
-
-
-def check_objectives(name: str, num_objectives: int) -> None:
-  """Refuses, in one line, an algorithm that cannot optimize `num_objectives` objectives.
-
-  Raises:
-    NascliError: unknown algorithm, or a count it cannot optimize.
-  """
-  if algorithm_supports_objectives(name, num_objectives):
-    return
-  fewest, _ = _OBJECTIVES.get(name, (1, 1))
-  able = [a for a in known_algorithms() if algorithm_supports_objectives(a, num_objectives)]
-  if num_objectives < fewest:
-    raise NascliError(f'search algorithm {name!r} optimizes at least {fewest} objectives '
-                      f'(--objectives), got {num_objectives}; for one reward use: '
-                      f'{", ".join(able)}')
-  raise NascliError(f'search algorithm {name!r} optimizes one scalar reward, not '
-                    f'{num_objectives} objectives (--objectives); use: {", ".join(able)}')
-
-
-def make_algorithm(name: str, seed: int, num_objectives: int = 1,
-                   **options: Any) -> pg.DNAGenerator:
-  """A new, not yet set up, generator of the registered algorithm `name`."""
-  check_objectives(name, num_objectives)
-  if _OBJECTIVES.get(name, (1, 1)) == (1, 1):
-    return _ALGORITHMS[name](seed, **options)
-  return _ALGORITHMS[name](seed, num_objectives=num_objectives, **options)
-
-
-def _reject_options(name: str, options: Mapping[str, Any], allowed: Iterable[str] = ()) -> None:
-  unknown = sorted(set(options) - set(allowed))
-  if unknown:
-    hint = f' (it takes: {", ".join(allowed)})' if allowed else ' (it takes none)'
-    raise NascliError(f'search algorithm {name!r} has no option {unknown[0]!r}{hint}')
-
-
-def _int_option(name: str, key: str, value: Any, minimum: int | None = None) -> int:
-  if isinstance(value, bool) or not isinstance(value, int):
-    raise NascliError(f'search algorithm {name!r}: {key} must be an integer, got {value!r}')
-  if minimum is not None and value < minimum:
-    raise NascliError(f'search algorithm {name!r}: {key} must be at least {minimum}, '
-                      f'got {value}')
-  return value
-
-
-def _float_option(name: str, key: str, value: Any, low: float, high: float, *,
-                  low_open: bool = False, high_open: bool = False) -> float:
-  if isinstance(value, bool) or not isinstance(value, (int, float)):
-    raise NascliError(f'search algorithm {name!r}: {key} must be a number, got {value!r}')
-  value = float(value)
-  if not ((value > low if low_open else value >= low)
-          and (value < high if high_open else value <= high)):  # NaN fails both
-    interval = f'{"(" if low_open else "["}{low:g}, {high:g}{")" if high_open else "]"}'
-    raise NascliError(f'search algorithm {name!r}: {key} must be in {interval}, got {value:g}')
-  return value
-
-
-def _bool_option(name: str, key: str, value: Any) -> bool:
-  if not isinstance(value, bool):
-    raise NascliError(f'search algorithm {name!r}: {key} must be true or false, got {value!r}')
-  return value
-
-
-@register_algorithm('random', objectives=(1, None))
-def _random(seed: int, num_objectives: int = 1, **options: Any) -> pg.DNAGenerator:
-  """Ignores rewards, so any number of objectives."""
-  del num_objectives
-  _reject_options('random', options)
-  return pg.geno.Random(seed=seed)
-
-
-@register_algorithm('regularized_evolution')
-def _regularized_evolution(seed: int, **options: Any) -> pg.DNAGenerator:
-  """Real et al. 2019; small defaults because a local search runs tens of trials, not 20k."""
-  name = 'regularized_evolution'
-  _reject_options(name, options, ('population_size', 'tournament_size'))
-  population = _int_option(name, 'population_size',
-                           options.get('population_size', DEFAULT_POPULATION_SIZE))
-  tournament = _int_option(name, 'tournament_size',
-                           options.get('tournament_size', DEFAULT_TOURNAMENT_SIZE))
-  if tournament < 2:
-    raise NascliError(f'search algorithm {name!r}: tournament_size must be at least 2, '
-                      f'got {tournament}')
-  if population < tournament:
-    raise NascliError(f'search algorithm {name!r}: population_size ({population}) must be at '
-                      f'least tournament_size ({tournament})')
-  # The mutator has its own random stream: unseeded, mutations (and so resume) would differ.
-  return pg.evolution.regularized_evolution(
-      mutator=pg.evolution.mutators.Uniform(seed=seed),
-      population_size=population, tournament_size=tournament, seed=seed)
-
-
-@register_algorithm('nsga2', objectives=(2, None))
-def _nsga2(seed: int, num_objectives: int, **options: Any) -> pg.DNAGenerator:
-  """Deb et al. 2002, pyglove's: 2 x population_size random proposals, then mutated elites of
-  the non-dominated sort (crowding distance within a front)."""
-  del num_objectives  # pyglove reads it from the reward tuples
-  name = 'nsga2'
-  _reject_options(name, options, ('population_size',))
-  population = _int_option(name, 'population_size',
-                           options.get('population_size', DEFAULT_NSGA2_POPULATION_SIZE), 2)
-  return pg.evolution.nsga2(mutator=pg.evolution.mutators.Uniform(seed=seed),
-                            population_size=population, seed=seed)
-
-
-FIXED = 'fixed'
-
-
-@register_algorithm(FIXED, objectives=(1, None), repeats=True, internal=True)
-def _fixed(seed: int, num_objectives: int = 1, **options: Any) -> pg.DNAGenerator:
-  """The architectures `dnas` (DNA numbers) in order, each trained with its run seed from
-  `seeds` (default: the search's seed); with `repeat`, the list again and again, each pass's
-  seeds one more than the last. Proposal i is dnas[i % n] with seed seeds[i % n] + i // n: the
-  reference models of a proxy-task study under a candidate proxy, or one model trained with
-  seeds s, s + 1, ... Rewards teach it nothing."""
-  del num_objectives
-  _reject_options(FIXED, options, ('dnas', 'seeds', 'repeat'))
-  dnas = options.get('dnas')
-  if not isinstance(dnas, (list, tuple)) or not dnas or not all(
-      isinstance(d, (list, tuple)) for d in dnas):
-    raise NascliError(f'search algorithm {FIXED!r}: dnas must be a non-empty list of DNAs'
-                      f' (lists of numbers), got {dnas!r}')
-  seeds = options.get('seeds', [seed] * len(dnas))
-  if (not isinstance(seeds, (list, tuple)) or len(seeds) != len(dnas)
-      or any(isinstance(s, bool) or not isinstance(s, int) for s in seeds)):
-    raise NascliError(f'search algorithm {FIXED!r}: seeds must be {len(dnas)} integers, one'
-                      f' per DNA, got {seeds!r}')
-  repeat = _bool_option(FIXED, 'repeat', options.get('repeat', False))
-
-  @pg.geno.dna_generator
-  def listed(dna_spec: pg.DNASpec):
-    passes = itertools.count() if repeat else range(1)
-    for n in passes:
-      for numbers, run_seed in zip(dnas, seeds):
-        dna = pg.DNA.from_numbers(list(numbers), dna_spec)
-        dna.set_metadata('seed', int(run_seed) + n)
-        yield dna
-
-  return listed()
-
-
-def dna_key(dna: pg.DNA | Iterable[int | float]) -> Dna:
-  """The journal's form of a DNA: a tuple of `DNA.to_numbers()`, hashable and JSON-able."""
-  if isinstance(dna, pg.DNA):
-    return tuple(dna.to_numbers())
-  return tuple(dna)
-
-
-@dataclasses.dataclass(frozen=True)
-class Decision:
-  """A decision point of a DNASpec, as a generator that samples decision by decision sees it."""
-  name: str  # its id in the spec, e.g. 'blocks[0].kernel_size', 'output_block_levels[2]'
-  num_candidates: int  # 0 for a float decision (pg.floatv)
-  float_range: tuple[float, float, bool] | None  # (min, max, log scale) of a float decision
-  parent: int | None  # the conditional decision it lives under (an index into Decisions.items)
-  parent_candidate: int | None  # ... and the candidate of that decision it belongs to
-  subchoice: int | None  # its position in a multi-choice (pg.sublist_of), else None
-  group: int | None  # the multi-choice's first choice (an index into Decisions.items)
-  num_subchoices: int  # how many choices that multi-choice makes (1 for a plain oneof)
-  distinct: bool  # a multi-choice's choices must differ
-  sorted: bool  # ... and be in candidate order
-
-
-Chooser = Callable[[int, Decision, 'list[int] | None'], 'int | float']
-
-
-class Decisions:
-  """The decision points of a DNASpec in DNA order, to sample or read a DNA one at a time.
-
-  `walk(choose)` visits the decisions that are active given the values chosen so far (a
-  decision under a candidate of a `pg.oneof` exists only if that candidate is chosen) and asks
-  `choose(index, decision, allowed)` for each; `allowed` is None for "any candidate" (and for
-  floats), or the candidate indices a multi-choice still allows (distinct, sorted). The values
-  in walk order are the DNA's `to_numbers()`, so the same walk reads a DNA back.
-  """
-
-  def __init__(self, dna_spec: pg.DNASpec, algorithm: str, allow_floats: bool = True):
-    self.dna_spec = dna_spec
-    items: list[Decision] = []
-    index_of: dict[int, int] = {}  # id(decision point or multi-choice) -> its (first) index
-    for dp in dna_spec.decision_points:
-      if isinstance(dp, pg.geno.Float):
-        if not allow_floats:
-          raise NascliError(f'search algorithm {algorithm!r} cannot search float decision '
-                            f'{dp.id} (pg.floatv): it samples candidates only')
-        num_candidates, float_range = 0, (float(dp.min_value), float(dp.max_value),
-                                          dp.scale == 'log')
-      elif isinstance(dp, pg.geno.Choices):
-        num_candidates, float_range = len(dp.candidates), None
-      else:
-        raise NascliError(f'search algorithm {algorithm!r} cannot search decision {dp.id} '
-                          f'({type(dp).__name__}); use random or regularized_evolution')
-      parent = parent_candidate = None
-      if dp.parent_choice is not None:
-        node = dp
-        while node.parent_spec is not dp.parent_choice:
-          node = node.parent_spec
-        parent, parent_candidate = index_of[id(dp.parent_choice)], node.index
-      multi = dp.parent_spec if dp.is_subchoice else None
-      index_of[id(dp)] = len(items)
-      if multi is not None:
-        index_of.setdefault(id(multi), len(items))
-      items.append(Decision(
-          name=str(dp.id), num_candidates=num_candidates, float_range=float_range,
-          parent=parent, parent_candidate=parent_candidate,
-          subchoice=dp.subchoice_index if multi is not None else None,
-          group=index_of[id(multi)] if multi is not None else None,
-          num_subchoices=multi.num_choices if multi is not None else 1,
-          distinct=bool(multi is not None and multi.distinct),
-          sorted=bool(multi is not None and multi.sorted)))
-    self.items = items
-    # Top-level oneofs only (the NAS-Bench-201 cell, mnasnet): DNA(numbers) is that DNA, and
-    # half the price of DNA.from_numbers, which matters at thousands of proposals.
-    self._flat = len(items) > 1 and all(
-        d.parent is None and d.subchoice is None and d.num_candidates for d in items)
-    if self._flat:
-      probe = [0] * len(items)
-      self._flat = pg.DNA(probe).use_spec(dna_spec) == pg.DNA.from_numbers(probe, dna_spec)
-
-  def walk(self, choose: Chooser) -> list[int | float]:
-    """The DNA's numbers, each active decision's value from `choose`."""
-    values: list[int | float | None] = [None] * len(self.items)
-    chosen: dict[int, list[int]] = {}  # multi-choice -> its choices so far
-    numbers: list[int | float] = []
-    for i, d in enumerate(self.items):
-      if d.parent is not None and values[d.parent] != d.parent_candidate:
-        continue
-      allowed = None
-      if d.subchoice is not None and (d.distinct or d.sorted):
-        previous = chosen.setdefault(d.group, [])
-        high = d.num_candidates - (d.num_subchoices - d.subchoice - 1 if d.distinct and d.sorted
-                                   else 0)
-        low = (previous[-1] + (1 if d.distinct else 0)) if d.sorted and previous else 0
-        allowed = [c for c in range(low, high) if not (d.distinct and c in previous)]
-      values[i] = choose(i, d, allowed)
-      if d.subchoice is not None:
-        chosen.setdefault(d.group, []).append(values[i])
-      numbers.append(values[i])
-    return numbers
-
-  def to_dna(self, numbers: list[int | float]) -> pg.DNA:
-    if self._flat:
-      return pg.DNA(list(numbers)).use_spec(self.dna_spec)
-    return pg.DNA.from_numbers(list(numbers), self.dna_spec)
-
-  def read(self, dna: pg.DNA) -> list[tuple[int, int | float, list[int] | None]]:
-    """(index, value, allowed) of each active decision of `dna`, in walk order."""
-    numbers = iter(dna.to_numbers())
-    out = []
-
-    def take(i, decision, allowed):
-      del decision
-      value = next(numbers)
-      out.append((i, value, allowed))
-      return value
-
-    self.walk(take)
-    return out
 
 
 def _default_to_nas_params(space: Any, dna: pg.DNA) -> dict[str, Any]:
@@ -682,11 +380,3 @@ def random_architectures(space: Any, count: int, seed: int) -> list[dict[str, An
     dnas.append(dna)
     out.append(nas_params)
   return out
-
-
-# TPE and REINFORCE register themselves here from modules of their own, which import this
-# module's helpers: so they come last. (Optuna is imported only when TPE is set up.)
-# pylint: disable=g-import-not-at-top,wrong-import-position,unused-import
-from nascli.search import reinforce  # noqa: E402,F401
-from nascli.search import tpe  # noqa: E402,F401
-from nascli.search import gp_bo  # noqa: E402,F401

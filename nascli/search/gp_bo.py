@@ -41,11 +41,11 @@ import pyglove as pg
 from scipy import linalg
 from scipy import special
 
-from nascli.search.controller import Decisions
-from nascli.search.controller import _float_option
-from nascli.search.controller import _int_option
-from nascli.search.controller import _reject_options
-from nascli.search.controller import register_algorithm
+from nascli.search.algorithm_registry import _float_option
+from nascli.search.algorithm_registry import _int_option
+from nascli.search.algorithm_registry import _reject_options
+from nascli.search.algorithm_registry import register_algorithm
+from nascli.search.decisions import Decisions
 
 NAME = 'gp_bo'
 DEFAULT_NUM_INIT = 10

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any, Iterable, Mapping
 from nascli import storage
 from nascli.errors import InputError
 from nascli.errors import OutputError
+from nascli.search import journal_backends
 from nascli.search.job_state import JobState
 from nascli.search.job_state import replay
 
@@ -140,9 +141,7 @@ def check_settings(job_dir: str | os.PathLike[str], settings: Mapping[str, Any],
   mutable_keys = tuple(mutable_keys)
   settings = _canonical(dict(settings))
   if journal is None or not journal.writing:
-    # The facade picks the backend; imported here because it imports this module.
-    from nascli.search import journal as journal_lib  # pylint: disable=g-import-not-at-top
-    journal = journal or journal_lib.journal_for(job_dir)
+    journal = journal or journal_backends.journal_for(job_dir)
     with journal.open_for_writing():
       return check_settings(job_dir, settings, overwrite, journal=journal,
                             mutable_keys=mutable_keys)

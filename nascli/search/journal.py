@@ -12,15 +12,11 @@ Optuna keeps its journal backends apart from the state they replay to):
   journal_gcs.py   a gs:// job dir: one object per event, JOB/journal/0000000001.json, ...
   job_state.py     the events, the trial state machine (JobState, replay) and the statuses
   job_settings.py  the settings' fingerprint, resume or refuse, and --overwrite
+  journal_backends.py  the backend of a job dir by its scheme (`journal_for`)
 """
 
 from __future__ import annotations
 
-import os
-from typing import Callable
-
-from nascli import storage
-from nascli.errors import InputError
 # The journal's public names, re-exported.
 # pylint: disable=unused-import
 from nascli.search.job_settings import DERIVED_OUTPUTS
@@ -45,6 +41,8 @@ from nascli.search.job_state import UNFINISHED_STATUSES
 from nascli.search.job_state import JobState
 from nascli.search.job_state import Proposal
 from nascli.search.job_state import replay
+from nascli.search.journal_backends import journal_for
+from nascli.search.journal_backends import scheme
 from nascli.search.journal_file import JOURNAL_NAME
 from nascli.search.journal_file import LOCK_NAME
 from nascli.search.journal_file import Journal
@@ -53,22 +51,3 @@ from nascli.search.journal_gcs import ENTRIES_DIR
 from nascli.search.journal_gcs import GcsJournal
 from nascli.search.journal_gcs import staging_dir
 # pylint: enable=unused-import
-
-# Journal backends by the job dir's scheme ("file" for local paths).
-_BACKENDS: dict[str, Callable[[str], Journal | GcsJournal]] = {
-    'file': Journal.in_dir, 'gs': GcsJournal.in_dir}
-
-
-def scheme(job_dir: str | os.PathLike[str]) -> str:
-  """"gs" for gs:// URLs, "file" for local paths; other URLs are refused (one line)."""
-  text = os.fspath(job_dir)
-  if storage.is_gcs(text):
-    return 'gs'
-  if '://' in text:
-    raise InputError(f'{text}: a search job dir is a local folder or a gs://BUCKET/PREFIX URL')
-  return 'file'
-
-
-def journal_for(job_dir: str | os.PathLike[str]) -> Journal | GcsJournal:
-  """The journal of the search job in `job_dir`, local or gs://."""
-  return _BACKENDS[scheme(job_dir)](os.fspath(job_dir))

@@ -32,8 +32,8 @@ checks and the benchmarks use this module without TensorFlow, pyglove or Ray.
 import math
 from typing import AbstractSet, NamedTuple, Sequence
 
-from nascli.search.scheduler import Report
-from nascli.search.scheduler import rung_steps
+from nascli.search.rungs import Report
+from nascli.search.rungs import rung_steps
 
 PROMOTE = 'promote'
 NEW = 'new'

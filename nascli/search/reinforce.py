@@ -22,10 +22,10 @@ from typing import Any
 import numpy as np
 import pyglove as pg
 
-from nascli.search.controller import Decisions
-from nascli.search.controller import _float_option
-from nascli.search.controller import _reject_options
-from nascli.search.controller import register_algorithm
+from nascli.search.algorithm_registry import _float_option
+from nascli.search.algorithm_registry import _reject_options
+from nascli.search.algorithm_registry import register_algorithm
+from nascli.search.decisions import Decisions
 
 NAME = 'reinforce'
 DEFAULT_LEARNING_RATE = 0.1  # Adam's step on the logits (the benchmark in BENCHMARKS.md)

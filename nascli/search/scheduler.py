@@ -51,16 +51,30 @@ before any framework loads, and benchmarks simulate searches through it).
 import abc
 import dataclasses
 import warnings
-from typing import AbstractSet, Any, Callable, Iterable, Mapping, Sequence
+from typing import AbstractSet, Any, Callable, Sequence
 
 from nascli.errors import NascliError
+from nascli.search import promotion
+# The ladder's and the journal readers' names, re-exported: callers know them from here.
+# pylint: disable=unused-import
+from nascli.search.rungs import DECISIONS
+from nascli.search.rungs import DEFAULT_REDUCTION_FACTOR
+from nascli.search.rungs import PROMOTED
+from nascli.search.rungs import RUNG
+from nascli.search.rungs import STOPPED
+from nascli.search.rungs import Report
+from nascli.search.rungs import fully_trained
+from nascli.search.rungs import halving_survivors
+from nascli.search.rungs import rung_steps
+from nascli.search.rungs import trials_needed
+from nascli.search.scheduler_journal import compute_spent
+from nascli.search.scheduler_journal import decide
+from nascli.search.scheduler_journal import journaled_decisions
+from nascli.search.scheduler_journal import owed
+from nascli.search.scheduler_journal import replayed_decisions
+from nascli.search.scheduler_journal import reports
+# pylint: enable=unused-import
 
-# Journal events this module writes the meaning of (journal.py replays them).
-RUNG = 'rung'
-PROMOTED = 'promoted'
-STOPPED = 'stopped'
-DECISIONS = (PROMOTED, STOPPED)
-DEFAULT_REDUCTION_FACTOR = 3
 # `--early_stopping auto` (the search commands' default) is a choice, not a scheduler: `resolve`
 # makes it asha_promotions when a trial's first rung trains at least this many epochs of its
 # training data, else none. Measured on the embedded tasks (BENCHMARKS.md): first rungs of
@@ -89,38 +103,6 @@ class SchedulerSettings:
   def early_stopping(self) -> bool:
     """Trials may train in rungs (`auto`: once `resolve` says so)."""
     return _SCHEDULERS[self.name].early_stopping if self.name in _SCHEDULERS else True
-
-
-def trials_needed(num_rungs: int, reduction_factor: int) -> int:
-  """The trials a ladder of `num_rungs` rungs (the full budget counted) needs: eta ** num_rungs.
-
-  Successive halving keeps the top 1/eta of a rung for the next, so n trials leave
-  n / eta ** (num_rungs - 1) at the full budget. eta ** (num_rungs - 1) trials would leave one:
-  the search's answer would then rest on a single lower-rung ranking, and a lower rung ranks
-  architectures only roughly (Kendall tau 0.58 against the full budget at a 2-epoch rung on the
-  digits bench, BENCHMARKS.md), so its best is often not the full budget's best. eta **
-  num_rungs trials leave eta at the full budget: the last rung is a comparison of eta full
-  rewards, as every rung below compares eta results per survivor. With the default 4 trials
-  and eta 3 no ladder qualifies (2 rungs need 9): 4 // 3 = 1 trial would be trained fully and
-  3 judged at a first rung of a third of the budget."""
-  return reduction_factor ** num_rungs
-
-
-def halving_survivors(max_trials: int, num_rungs: int, reduction_factor: int) -> int:
-  """How many of `max_trials` trials successive halving keeps to the full budget: the top
-  floor(n / eta) of each rung, and at least one."""
-  return max(1, max_trials // reduction_factor ** (num_rungs - 1))
-
-
-def fully_trained(max_trials: int, num_rungs: int, reduction_factor: int) -> int:
-  """The fewest of `max_trials` trials asha_promotions trains to the full budget: the top
-  floor(n / eta) of each rung go on, and once every trial is proposed at least the top eta of
-  a rung do when the trials are fewer than the ladder needs (`trials_needed`; else at least
-  its best: promotion.next_job's `finishing`, `finishing_top`). More when a later trial
-  outranks one promoted already (both go on)."""
-  if max_trials < trials_needed(num_rungs, reduction_factor):
-    return min(reduction_factor, max_trials)
-  return halving_survivors(max_trials, num_rungs, reduction_factor)
 
 
 def few_trials(settings: SchedulerSettings, train_steps: int, max_trials: int) -> str | None:
@@ -192,32 +174,6 @@ def resolve(settings: SchedulerSettings, train_steps: int, steps_per_epoch: int 
   return chosen, (f'early stopping (auto): {AUTO_CHOICE}, rungs at'
                   f' {", ".join(str(x) for x in steps)} steps (the first trains {at};'
                   ' --early_stopping none turns it off)')
-
-
-@dataclasses.dataclass(frozen=True)
-class Report:
-  """One `rung` event: a trial's validation reward after training to a rung's step."""
-  trial_id: str
-  rung: int
-  step: int
-  reward: float
-  seq: int = 0  # its place in the journal
-
-
-def rung_steps(min_steps: int | None, reduction_factor: int, train_steps: int) -> list[int]:
-  """The steps a trial reports at: min_steps * eta**k below train_steps, then train_steps.
-  Without min_steps, ceil(train_steps / eta**2): rungs at about 1/eta**2, 1/eta and the whole
-  (rounded up, so that the rung below the whole is not a step or two short of it)."""
-  if min_steps is None:
-    min_steps = max(1, -(-train_steps // reduction_factor**2))
-  if min_steps < 1 or reduction_factor < 2:
-    raise ValueError(f'min_steps {min_steps} must be >= 1 and reduction_factor'
-                     f' {reduction_factor} >= 2')
-  steps, step = [], min_steps
-  while step < train_steps:
-    steps.append(step)
-    step *= reduction_factor
-  return steps + [train_steps]
 
 
 class Scheduler(abc.ABC):
@@ -399,97 +355,8 @@ class AshaPromotions(Scheduler):
     trial is proposed the top eta of each rung are promotable, so that eta trials (all, when
     fewer) reach the full budget instead of one: too few trials for the ladder make it stop
     less, not rest the search's answer on one lower-rung ranking (`few_trials` warns)."""
-    from nascli.search import promotion  # pylint: disable=g-import-not-at-top
     factor = self.settings.reduction_factor
     ladder = rung_steps(self.settings.min_steps, factor, train_steps)
     few = max_trials is not None and max_trials < trials_needed(len(ladder), factor)
     return promotion.next_job(all_reports, promoted, running, factor, len(ladder), finishing,
                               finishing_top=factor if few else 1)
-
-
-# --------------------------------------------------------------------------- the journal
-
-
-def reports(events: Iterable[Mapping[str, Any]]) -> list[Report]:
-  """The journal's rung reports, in journal order."""
-  return [Report(str(e['trial_id']), int(e['rung']), int(e['step']), float(e['reward']),
-                 int(e.get('seq', 0)))
-          for e in events if e.get('event') == RUNG]
-
-
-def journaled_decisions(events: Iterable[Mapping[str, Any]]) -> dict[tuple[str, int], bool]:
-  """{(trial_id, rung): promoted?} of the decisions in the journal."""
-  return {(str(e['trial_id']), int(e['rung'])): e['event'] == PROMOTED
-          for e in events if e.get('event') in DECISIONS}
-
-
-def decide(scheduler: Scheduler, all_reports: Sequence[Report], report: Report) -> bool:
-  """The decision on `report`: from the reports journaled before it only, whatever came after
-  (so a decision made late, on resume, is the one made on time)."""
-  history = [r for r in all_reports if r.seq < report.seq]
-  return scheduler.should_continue(report, history)
-
-
-def owed(scheduler: Scheduler, events: Sequence[Mapping[str, Any]]) -> list[tuple[Report, bool]]:
-  """Reports with no decision journaled (the driver died in between), in journal order, each
-  with the decision it gets."""
-  if not scheduler.decides_at_report:
-    return []  # paused trials wait for a free worker (AshaPromotions.next_job)
-  done = journaled_decisions(events)
-  every = reports(events)
-  return [(r, decide(scheduler, every, r)) for r in every if (r.trial_id, r.rung) not in done]
-
-
-def replayed_decisions(scheduler: Scheduler, events: Sequence[Mapping[str, Any]]
-                       ) -> dict[tuple[str, int], bool]:
-  """{(trial_id, rung): promoted?} as the scheduler decides every report of the journal now:
-  equal to `journaled_decisions` for a search that was never interrupted or was resumed."""
-  every = reports(events)
-  return {(r.trial_id, r.rung): decide(scheduler, every, r) for r in every}
-
-
-def compute_spent(events: Iterable[Mapping[str, Any]], train_steps: int | None = None
-                  ) -> dict[str, dict[str, float | None]]:
-  """{trial_id: {"steps", "wall_s"}}: the training steps and attempt wall seconds each trial
-  spent, over all its attempts. A recorded attempt (a rung report, or `completed`; a `stopped`
-  trial's last attempt is its last rung report) trained from the checkpoint step it resumed
-  from to its step. An interrupted or lost attempt trained up to the checkpoint it left: the
-  step its `interrupted` / `lost` event names, or, where the event names none, the step the
-  next attempt resumed from past the last one recorded; those steps count too (what it trained
-  past its last checkpoint is not known, and is trained again). A search without early stopping
-  journals no steps: a completed trial counts `train_steps` from where its checkpoint was (None
-  if `train_steps` is not given). Wall seconds are the recorded attempts' only."""
-  out: dict[str, dict[str, float | None]] = {}
-  at: dict[str, int | None] = {}  # trial -> the step its checkpoint is at, as journaled
-
-  def add(trial_id: str, steps: int | None) -> dict[str, float | None]:
-    spent = out.setdefault(trial_id, {'steps': 0, 'wall_s': 0.0})
-    spent['steps'] = None if spent['steps'] is None or steps is None else spent['steps'] + steps
-    return spent
-
-  for e in events:
-    kind, trial_id = e.get('event'), str(e.get('trial_id'))
-    done = at.get(trial_id, 0)
-    lost = e.get('lost') if kind == 'failed' else None  # a last loss, journaled with the failure
-    if kind in ('interrupted', 'lost') or isinstance(lost, Mapping):
-      # No outcome; `step`: the checkpoint the attempt left.
-      step = (lost if isinstance(lost, Mapping) else e).get('step')
-      if isinstance(step, int) and isinstance(done, int) and step > done:
-        add(trial_id, step - done)
-        at[trial_id] = step
-      continue
-    if kind not in (RUNG, 'completed'):
-      continue
-    metrics = e.get('metrics') or {}
-    step, start = metrics.get('step'), metrics.get('resumed_from')
-    if not (isinstance(step, int) and isinstance(start, int)):
-      step, start = train_steps, done
-    if step is None or start is None:
-      spent = add(trial_id, None)
-    else:
-      unrecorded = max(0, start - done) if isinstance(done, int) else 0
-      spent = add(trial_id, unrecorded + step - start)
-    at[trial_id] = step
-    if isinstance(metrics.get('wall_s'), (int, float)):
-      spent['wall_s'] += metrics['wall_s']
-  return out

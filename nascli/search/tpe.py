@@ -29,11 +29,11 @@ from typing import Any, Iterator
 
 import pyglove as pg
 
-from nascli.search.controller import Decisions
-from nascli.search.controller import _bool_option
-from nascli.search.controller import _int_option
-from nascli.search.controller import _reject_options
-from nascli.search.controller import register_algorithm
+from nascli.search.algorithm_registry import _bool_option
+from nascli.search.algorithm_registry import _int_option
+from nascli.search.algorithm_registry import _reject_options
+from nascli.search.algorithm_registry import register_algorithm
+from nascli.search.decisions import Decisions
 
 NAME = 'tpe'
 DEFAULT_N_STARTUP_TRIALS = 10  # Optuna's default: random proposals before the model is used

@@ -16,13 +16,9 @@ that rung's metrics and job_status.json `paused` (`completed` at the last rung, 
 Latency, params and FLOPs are measured at the first rung and carried on (the driver passes the
 journal's values): they do not change with training, and the reward needs the latency.
 """
-
 import contextlib
-import dataclasses
 import json
 import os
-import re
-import signal
 import statistics
 import sys
 import time
@@ -33,81 +29,22 @@ from nascli import interrupts
 from nascli import runtime
 from nascli import storage
 from nascli.errors import NascliError
-from nascli.run_spec import Architecture, TrialSettings, from_dict
-
-ANALYSIS = "model_analysis.json"
-# job_status.json of an attempt that nascli's own code around the trial broke (a bug, or the
-# disk): not the trial's failure. The driver stops the search (`check_attempt`); the trial runs
-# again when it resumes.
-NASCLI_ERROR = "nascli_error"
-_CHECKPOINT_PATH = re.compile(r'^model_checkpoint_path:\s*"[^"]*?(\d+)"\s*$', re.M)
-
-
-@dataclasses.dataclass
-class RungSpec:
-  """Early stopping: the rung an attempt trains to (0: the first), and the ladder's settings
-  (scheduler.rung_steps: the steps depend on the trial's train_steps, known once its config is
-  built)."""
-  rung: int
-  min_steps: int | None  # None: ceil(train_steps / reduction_factor**2)
-  reduction_factor: int
-  # latency_ms, params, flops of the trial's first rung (from the journal), once reported.
-  measured: dict[str, Any] = dataclasses.field(default_factory=dict)
-  # --paused_trials_per_worker: paused trials the warm worker keeps in memory, so that its
-  # next rung continues there without a rebuild (tf_vision.train_lib.PausedRuns).
-  kept_per_worker: int = 0
-
-  def step(self, train_steps: int) -> int:
-    from nascli.search import scheduler  # pylint: disable=g-import-not-at-top
-    steps = scheduler.rung_steps(self.min_steps, self.reduction_factor, train_steps)
-    return steps[min(self.rung, len(steps) - 1)]
-
-
-@dataclasses.dataclass
-class TrialSpec:
-  """One attempt of one trial, as trial_spec.json holds it: the trial's architecture and the
-  search's trial settings, as they are (its run's seed: a trial trains the same wherever it
-  runs)."""
-  job_dir: str
-  trial_id: str
-  search_space: str  # --prebuilt_search_space (with a module: the space it may be based on)
-  nas_params: dict[str, str]
-  trial: TrialSettings = dataclasses.field(default_factory=TrialSettings)
-  spawned_at: float | None = None  # time.time() when the driver asked for the attempt
-  # --search_space_module: the trial imports it and decodes nas_params against its space.
-  search_space_module: str | None = None
-  rung: RungSpec | None = None  # early stopping; None: the whole budget in one attempt
-  # --latency_calculator external: the trial's folder in the job dir, where it asks the
-  # calculator and reads its answer (None: trial_dir; a gs:// job dir's trials run staged).
-  latency_dir: str | None = None
-  # --latency_model: the latency the driver predicted before the trial trained, {latency_ms,
-  # latency_device} (nascli/search/latency_gate.py): reported as it is, and nothing is timed.
-  predicted_latency: dict[str, Any] | None = None
-
-  @property
-  def trial_dir(self) -> str:
-    return os.path.join(self.job_dir, self.trial_id)
-
-  def train_args(self) -> Any:
-    """The nascli.training.TrainArgs this trial trains with: the search's run, this
-    architecture, into the trial dir."""
-    from nascli import training  # pylint: disable=g-import-not-at-top
-    run = dataclasses.replace(self.trial.run, architecture=Architecture(
-        self.search_space, self.nas_params, self.search_space_module))
-    if self.trial.latency_input_size:  # params.yaml says where the model is timed
-      run = dataclasses.replace(run, options=training.merge(run.options, {
-          "task": {"latency_input_size": self.trial.latency_input_size}}))
-    return training.TrainArgs(run=run, model_dir=self.trial_dir, keep_model=True,
-                              stop_at=self.rung.step if self.rung else None,
-                              curve_points=self.trial.validation_curve_points,
-                              # A later rung, or a retried attempt, continues the data stream.
-                              checkpoint_input=True,
-                              keep_paused=self.rung.kept_per_worker if self.rung else 0)
-
-  def space(self) -> Any:
-    """The registry entry of the trial's space (its module imported and registered first)."""
-    from tf_vision import search_spaces  # pylint: disable=g-import-not-at-top
-    return search_spaces.resolve_search_space(self.search_space, self.search_space_module)
+# The trial's spec and trial-dir names, re-exported: callers know them from here.
+# pylint: disable=unused-import
+from nascli.search.trial_dir import ANALYSIS
+from nascli.search.trial_dir import NASCLI_ERROR
+from nascli.search.trial_dir import NascliBug
+from nascli.search.trial_dir import check_attempt
+from nascli.search.trial_dir import checkpoint_step
+from nascli.search.trial_dir import completed
+from nascli.search.trial_dir import mark_interrupted
+from nascli.search.trial_dir import mark_stopped
+from nascli.search.trial_dir import reported
+from nascli.search.trial_spec import RungSpec
+from nascli.search.trial_spec import TrialSpec
+from nascli.search.trial_spec import read_spec
+from nascli.search.trial_spec import write_spec
+# pylint: enable=unused-import
 
 
 def _write_json(path: str, data: dict) -> None:
@@ -297,106 +234,6 @@ def run(spec: TrialSpec, ready: float | None = None) -> dict:
                    step=result["step"], reward=analysis["reward"], accuracy=done["accuracy"],
                    latency_ms=done["latency_ms"], **rung)
   return analysis
-
-
-def checkpoint_step(trial_dir: str) -> int | None:
-  """The step of the trial's latest checkpoint, from TensorFlow's `checkpoint` index file (read
-  as text: the driver marks interrupted trials without loading TensorFlow)."""
-  try:
-    with open(os.path.join(trial_dir, "checkpoint"), encoding="utf-8") as f:
-      match = _CHECKPOINT_PATH.search(f.read())
-  except OSError:
-    return None
-  return int(match.group(1)) if match else None
-
-
-def _analysis_of(trial_dir: str, status: dict[str, Any]) -> bool:
-  """model_analysis.json is there and reports the attempt `status` describes (the same step
-  and rung): the analysis an earlier rung left is not this attempt's outcome."""
-  try:
-    with open(os.path.join(trial_dir, ANALYSIS), encoding="utf-8") as f:
-      analysis = json.load(f)
-  except (OSError, ValueError):
-    return False
-  return (isinstance(analysis, dict) and analysis.get("step") == status.get("step")
-          and analysis.get("rung") == status.get("rung"))
-
-
-def completed(trial_dir: str) -> bool:
-  """The trial in `trial_dir` ran to its end: job_status.json says so and its analysis is
-  written, for that step (training alone writes `completed` before the export and the latency,
-  when an earlier rung's analysis may still be there)."""
-  from tf_vision import job_status  # pylint: disable=g-import-not-at-top
-  status = job_status.read(trial_dir) or {}
-  return status.get("status") == job_status.COMPLETED and _analysis_of(trial_dir, status)
-
-
-def reported(trial_dir: str) -> bool:
-  """The attempt in `trial_dir` ended with its outcome written: completed, or (early stopping)
-  its rung's report (training alone writes `paused` before the latency and the analysis)."""
-  from tf_vision import job_status  # pylint: disable=g-import-not-at-top
-  status = job_status.read(trial_dir) or {}
-  return completed(trial_dir) or (status.get("status") == job_status.PAUSED and "rung" in status
-                                  and _analysis_of(trial_dir, status))
-
-
-def mark_interrupted(trial_dir: str, signum: int) -> bool:
-  """Records in job_status.json that the attempt was interrupted (its resume step: the latest
-  checkpoint's), unless training already did so; True if it wrote. An attempt stopped after
-  training wrote `completed` is interrupted too: the trial is done only with its analysis."""
-  from tf_vision import job_status  # pylint: disable=g-import-not-at-top
-  if (job_status.read(trial_dir) or {}).get("status") == job_status.INTERRUPTED:
-    return False
-  step = checkpoint_step(trial_dir)
-  job_status.write(trial_dir, job_status.INTERRUPTED, step=step, checkpoint_step=step,
-                   signal=signal.Signals(signum).name)
-  return True
-
-
-def mark_stopped(trial_dir: str, reason: str) -> None:
-  """Records in job_status.json that the scheduler stopped the trial after the rung its
-  `paused` status reports (its step, reward and metrics stay)."""
-  from tf_vision import job_status  # pylint: disable=g-import-not-at-top
-  status = {k: v for k, v in (job_status.read(trial_dir) or {}).items()
-            if k not in ("status", "time", "final", "reason")}
-  job_status.write(trial_dir, job_status.STOPPED, **status, reason=reason)
-
-
-def write_spec(spec_path: str, spec: TrialSpec) -> None:
-  storage.write_text(spec_path, json.dumps(dataclasses.asdict(spec), indent=2))
-
-
-def read_spec(spec_path: str) -> TrialSpec:
-  with open(spec_path, encoding="utf-8") as f:
-    return from_dict(TrialSpec, json.load(f), what=spec_path)
-
-
-class NascliBug(RuntimeError):
-  """nascli's own code around a trial raised in the trial's process: a bug in nascli, not the
-  architecture's failure. The search stops with one line; the trial's traceback is a note,
-  printed with NASCLI_DEBUG=1."""
-
-
-def check_attempt(trial_id: str, status: dict[str, Any]) -> None:
-  """Raises when the attempt's job_status.json says nascli's own code around the trial broke
-  (NASCLI_ERROR): the driver stops the search instead of charging the trial a failure.
-
-  Raises:
-    NascliBug: a bug in nascli (the trial's traceback attached as a note).
-    NascliError: the environment (a file that could not be written, a full disk).
-  """
-  if status.get("status") != NASCLI_ERROR:
-    return
-  reason, again = status.get("reason") or "unknown error", (
-      f"trial {trial_id} runs again when the search resumes")
-  if not status.get("bug"):
-    raise NascliError(f"trial {trial_id}: {reason} (not the trial's failure: the search stops;"
-                      f" {again})")
-  error = NascliBug(f"trial {trial_id}: {reason}, in nascli's own code around the trial: a bug"
-                    f" in nascli, not the architecture's failure (the search stops; {again})")
-  if status.get("traceback"):
-    error.add_note(f"trial {trial_id}'s traceback:\n{status['traceback'].rstrip()}")
-  raise error
 
 
 def _nascli_error(spec: TrialSpec, error: Exception) -> int:

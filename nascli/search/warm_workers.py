@@ -22,7 +22,7 @@ import sys
 import time
 from typing import Any, Callable
 
-from nascli.search import executors
+from nascli.search import trial_processes
 
 DEFAULT_MAX_TRIALS = 10  # per worker: then a fresh one, so memory cannot creep
 WORKER_LOGS = "workers"  # in the job's work dir: each worker's output outside its requests
@@ -49,7 +49,7 @@ class Worker:
             [sys.executable, "-m", *module, "--reply_fd", str(write_end),
              "--max_requests", str(max_requests)],
             stdin=subprocess.PIPE, stdout=log, stderr=log, env=env, cwd=cwd,
-            pass_fds=(write_end,), preexec_fn=executors.child_setup(), process_group=0)
+            pass_fds=(write_end,), preexec_fn=trial_processes.child_setup(), process_group=0)
     finally:
       os.close(write_end)
     os.set_blocking(read_end, False)
@@ -150,7 +150,7 @@ def died(code: int) -> str:
   return f"exited with code {code}"
 
 
-def take_idle_worker(executor: executors.Executor) -> Worker | None:
+def take_idle_worker(executor: trial_processes.Executor) -> Worker | None:
   """A warm worker the executor no longer needs (the search's trials are done), or None."""
   if isinstance(executor, WarmExecutor):
     for slot, worker in list(executor._workers.items()):  # pylint: disable=protected-access
@@ -160,7 +160,7 @@ def take_idle_worker(executor: executors.Executor) -> Worker | None:
   return None
 
 
-def start_config_check(executor: executors.Executor, check: Any, log_dir: str) -> Worker:
+def start_config_check(executor: trial_processes.Executor, check: Any, log_dir: str) -> Worker:
   """The worker that checks the search's config (preflight.ConfigCheck) before any trial: the
   first warm worker of a WarmExecutor (it goes on to run trials, its log in `log_dir`), else
   one of its own, logging in the check's folder (ended by its close())."""
@@ -188,7 +188,7 @@ class Attempt:
     self._fresh = fresh
     self.spec_path = spec_path
     self.trial_dir = trial_dir
-    self.log = os.path.join(trial_dir, executors.TRIAL_LOG)
+    self.log = os.path.join(trial_dir, trial_processes.TRIAL_LOG)
     self._where = where  # e.g. ", on node 10.0.0.2", after the worker's pid in a reason
     self.timeout_s = timeout_s
     self.handovers = 0
@@ -210,7 +210,7 @@ class Attempt:
   def _dead(self, how: str) -> str:
     return f"the trial's worker (pid {self.worker.pid}{self._where}) {how}"
 
-  def poll(self) -> executors.Outcome | None:
+  def poll(self) -> trial_processes.Outcome | None:
     """None while the attempt runs (or waits for its worker), else how it ended."""
     while True:
       worker, request = self.worker, self._request
@@ -220,25 +220,25 @@ class Attempt:
         if code is None and exited is not None:
           code = worker.result(request)  # it may have answered just before it ended
         if code is not None:
-          return executors.Outcome(returncode=code)
+          return trial_processes.Outcome(returncode=code)
         if exited is None:
           return self._past_timeout()
         if request in worker.accepted:
-          return executors.Outcome(returncode=exited, error=self._dead(died(exited)))
+          return trial_processes.Outcome(returncode=exited, error=self._dead(died(exited)))
       ended = self._hand_over()
       if ended is not None:
         return ended
 
-  def _hand_over(self) -> executors.Outcome | None:
+  def _hand_over(self) -> trial_processes.Outcome | None:
     """The worker ended before it accepted the attempt: a fresh one takes it (None), unless the
     search is stopping or MAX_HANDOVERS fresh workers already died so (its outcome)."""
     self.worker.close()  # reaped (its channel is closed: it is gone or going)
     code = self.worker.exit_code()
     how = self._dead(f"{died(code)} before it accepted the trial")
     if self.stopping is not None:
-      return executors.Outcome(returncode=code, error=how)
+      return trial_processes.Outcome(returncode=code, error=how)
     if self.handovers >= MAX_HANDOVERS:
-      return executors.Outcome(lost=f"{how}, as {self.handovers + 1} workers in a row did; see"
+      return trial_processes.Outcome(lost=f"{how}, as {self.handovers + 1} workers in a row did; see"
                                     f" {self.worker.log_path}")
     self.handovers += 1
     with open(self.log, "a", encoding="utf-8") as log:
@@ -246,10 +246,10 @@ class Attempt:
     self._send()
     return None
 
-  def _past_timeout(self) -> executors.Outcome | None:
-    if not executors.past(self.worker.accepted.get(self._request), self.timeout_s):
+  def _past_timeout(self) -> trial_processes.Outcome | None:
+    if not trial_processes.past(self.worker.accepted.get(self._request), self.timeout_s):
       return None
-    outcome = executors.timed_out(self.worker.process, self.trial_dir, self.timeout_s)
+    outcome = trial_processes.timed_out(self.worker.process, self.trial_dir, self.timeout_s)
     return outcome if outcome.error else None  # None: it ended by itself, poll() reads how
 
   def stop(self, signum: int) -> None:
@@ -258,8 +258,8 @@ class Attempt:
     self.worker.signal(signum)
 
 
-@executors.register_local_executor("worker")
-class WarmExecutor(executors.LocalExecutor):
+@trial_processes.register_local_executor("worker")
+class WarmExecutor(trial_processes.LocalExecutor):
   """Trial attempts on this machine in warm workers, one per slot."""
 
   def __init__(self, stderr_print=None, max_trials_per_worker: int = DEFAULT_MAX_TRIALS,
@@ -308,7 +308,7 @@ class WarmExecutor(executors.LocalExecutor):
     return Attempt(lambda: self._worker(slot, log_dir), os.path.abspath(spec_path), trial_dir,
                    timeout_s=self.trial_timeout)
 
-  def poll(self, handle: Attempt) -> executors.Outcome | None:
+  def poll(self, handle: Attempt) -> trial_processes.Outcome | None:
     return handle.poll()
 
   def interrupt(self, handles: list[Attempt], signum: int) -> None:
@@ -317,7 +317,7 @@ class WarmExecutor(executors.LocalExecutor):
     for handle in handles:
       handle.stop(signum)
     busy = {h.worker.pid: h.worker for h in handles}
-    deadline = time.monotonic() + executors.INTERRUPT_GRACE_S
+    deadline = time.monotonic() + trial_processes.INTERRUPT_GRACE_S
     for worker in busy.values():
       try:
         worker.process.wait(timeout=max(0.0, deadline - time.monotonic()))
