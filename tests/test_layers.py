@@ -1,9 +1,9 @@
-"""The import layers of pyproject.toml ([tool.importlinter]) hold, and the check fails when one climbs.
+"""The import contracts of pyproject.toml ([tool.importlinter]) hold, and fail when one is broken.
 
 import-linter counts imports inside functions too, so a circle hidden in a function fails as
-well. The second test copies the packages to a scratch dir, adds one import from a shared
-module at the bottom to the search loop above it, and expects exactly the layers contract to
-break, naming that import.
+well. The second test copies the packages to a scratch dir, adds one import inside a function
+(a shared module at the bottom importing the search loop; the rung ladder importing the
+scheduler that imports it) and expects exactly the contract it breaks to fail.
 """
 
 import os
@@ -12,6 +12,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[1]
 # Runs import-linter without its cache (a cache dir in the checkout, or a stale answer).
 LINT = ("import sys\n"
@@ -19,7 +21,8 @@ LINT = ("import sys\n"
         "sys.exit(lint_imports(config_filename='pyproject.toml', no_cache=True, no_logo=True))\n")
 CONTRACTS = ("nascli layers", "schedulers and the journal import no framework",
              "the search algorithms know only their registry",
-             "the controller, schedulers, executors and journal never import the loop")
+             "the controller, schedulers, executors and journal never import the loop",
+             "no circles among the modules")
 
 
 def _lint(cwd: Path) -> subprocess.CompletedProcess:
@@ -42,24 +45,31 @@ def _verdicts(output: str) -> dict[str, str]:
 def test_the_repository_keeps_every_import_contract():
   result = _lint(ROOT)
   assert result.returncode == 0, result.stdout + result.stderr
-  assert "Contracts: 4 kept, 0 broken." in result.stdout
+  assert "Contracts: 5 kept, 0 broken." in result.stdout
   assert set(_verdicts(result.stdout).values()) == {"KEPT"}
 
 
-def test_a_lower_layer_importing_a_higher_one_breaks_the_layers_contract(tmp_path):
+@pytest.mark.parametrize("module, imported, broken, says", [
+    # The shared modules at the bottom climb to the search loop.
+    ("containers", "nascli.search.search_loop", CONTRACTS[0],
+     "nascli.containers -> nascli.search.search_loop (l.{line})"),
+    # A circle hidden in a function: the ladder imports the scheduler, which imports it.
+    ("search/rungs", "nascli.search.scheduler", CONTRACTS[4],
+     "No cycles are allowed in nascli.search."),
+])
+def test_one_bad_import_breaks_exactly_its_contract(tmp_path, module, imported, broken, says):
   for package in ("nascli", "tf_vision"):
     shutil.copytree(ROOT / package, tmp_path / package,
                     ignore=lambda d, names: [n for n in names if n == "__pycache__" or (
                         not n.endswith(".py") and not os.path.isdir(os.path.join(d, n)))])
   shutil.copy(ROOT / "pyproject.toml", tmp_path)
-  # nascli.containers (the shared modules) climbs to the search loop, inside a function.
-  low = tmp_path / "nascli" / "containers.py"
-  line = len(low.read_text(encoding="utf-8").splitlines()) + 4
-  with open(low, "a", encoding="utf-8") as f:
-    f.write("\n\ndef _climbs():\n  from nascli.search import search_loop  # noqa: F401\n")
+  path = tmp_path / "nascli" / f"{module}.py"
+  line = len(path.read_text(encoding="utf-8").splitlines()) + 4
+  package, name = imported.rsplit(".", 1)
+  with open(path, "a", encoding="utf-8") as f:
+    f.write(f"\n\ndef _bad():\n  from {package} import {name}  # noqa: F401\n")
   result = _lint(tmp_path)
   assert result.returncode == 1, result.stdout + result.stderr
-  assert "Contracts: 3 kept, 1 broken." in result.stdout
-  assert _verdicts(result.stdout) == {CONTRACTS[0]: "BROKEN", CONTRACTS[1]: "KEPT",
-                                      CONTRACTS[2]: "KEPT", CONTRACTS[3]: "KEPT"}
-  assert f"nascli.containers -> nascli.search.search_loop (l.{line})" in result.stdout
+  assert "Contracts: 4 kept, 1 broken." in result.stdout
+  assert _verdicts(result.stdout) == {c: "BROKEN" if c == broken else "KEPT" for c in CONTRACTS}
+  assert says.format(line=line) in result.stdout
