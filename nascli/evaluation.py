@@ -69,6 +69,13 @@ def _folder_of(pattern: str) -> str:
   return first if os.path.isdir(first) else os.path.dirname(first)
 
 
+def _split_data(folder: str, found: dict, split: str, note: str | None = None) -> EvalData:
+  """EvalData of `split` of the converted data set in `folder` (`found`: its info's splits)."""
+  join = storage.join if storage.is_gcs(folder) else os.path.join
+  return EvalData(join(folder, found[split]["file_pattern"]), split,
+                  int(found[split]["num_records"]), where=folder, note=note)
+
+
 def eval_data(args: EvalArgs, run_validation: str) -> EvalData:
   """The data `eval` reads: --validation_data_path as given, else the asked split (default
   test) of --dataset_dir or of the data set the run trained on."""
@@ -76,24 +83,22 @@ def eval_data(args: EvalArgs, run_validation: str) -> EvalData:
   if args.validation_data_path:
     return EvalData(args.validation_data_path, "files", where=args.validation_data_path)
   folder = args.dataset_dir.rstrip("/") if args.dataset_dir else _folder_of(run_validation)
-  info = params_lib._dataset_info_near(folder)  # pylint: disable=protected-access
+  info = params_lib.dataset_info_near(folder)
   found = (info or {}).get("splits", {})
   split = args.split or "test"
   if split in found:
-    join = storage.join if storage.is_gcs(folder) else os.path.join
-    return EvalData(join(folder, found[split]["file_pattern"]), split,
-                    int(found[split]["num_records"]), where=folder)
+    return _split_data(folder, found, split)
   what = (f"--dataset_dir {folder}" if args.dataset_dir else f"the run's data {folder}")
-  if args.split is not None or "validation" not in found and args.dataset_dir:
+  # A split asked for by name, or a --dataset_dir with neither test nor validation, is refused;
+  # only the default (test) falls back to the validation data, with a note.
+  if args.split is not None or (args.dataset_dir and "validation" not in found):
     known = ", ".join(found) if found else "no dataset_info.json"
     raise NascliError(f"{what} has no {split} split ({known})")
   note = (f"{what} has no test split ({'converted by an older nascli' if info else 'not written'}"
           " by `nascli convert-data`): evaluating on the validation data the run trained with,"
           " which is not a held-out estimate; convert the data again for a test split")
   if args.dataset_dir:
-    join = storage.join if storage.is_gcs(folder) else os.path.join
-    return EvalData(join(folder, found["validation"]["file_pattern"]), "validation",
-                    int(found["validation"]["num_records"]), where=folder, note=note)
+    return _split_data(folder, found, "validation", note)
   records = int(found["validation"]["num_records"]) if "validation" in found else None
   return EvalData(None, "validation", records, where=folder, note=note)
 
@@ -145,7 +150,7 @@ def _evaluate(args: EvalArgs) -> dict:
     stderr.print(f"note: {data.note}", markup=False, highlight=False)
   val = data.path
   if val:
-    params_lib._check_pattern(val, "--validation_data_path")  # pylint: disable=protected-access
+    params_lib.check_pattern(val, "--validation_data_path")
     val = storage.for_tensorflow(val)
     override["task"] = {"validation_data": {"input_path": val}}
   params_lib.apply_override(params, override, "the eval options")

@@ -134,7 +134,7 @@ def load_experiment(name: str) -> cfg.ExperimentConfig:
                       " `nascli train --list_experiments`") from None
 
 
-def _dataset_info_near(path_pattern: str) -> dict | None:
+def dataset_info_near(path_pattern: str) -> dict | None:
   """dataset_info.json of the folder holding the (first) files of a pattern, if nascli wrote it."""
   first = path_pattern.split(",")[0].strip()
   if storage.is_gcs(first):
@@ -158,7 +158,8 @@ def _dataset_info_near(path_pattern: str) -> dict | None:
     raise NascliError(f"cannot read {info_path}: {_first_line(e)}") from None
 
 
-def _check_pattern(pattern: str, what: str) -> None:
+def check_pattern(pattern: str, what: str) -> None:
+  """Refuses a comma-separated pattern with a part that matches no files (gs:// globbed too)."""
   for part in (p.strip() for p in pattern.split(",")):
     if part and not storage.glob(part):
       raise NascliError(f"{what} {part} matches no files")
@@ -180,7 +181,7 @@ def _resolve_data(data: DataSpec) -> tuple[str | None, str | None, dict | None]:
         raise NascliError(f"--dataset_dir {root}: no objects there")
     elif not os.path.isdir(root):
       raise NascliError(f"--dataset_dir {root} is not a folder")
-    info = _dataset_info_near(root)
+    info = dataset_info_near(root)
     if info is None:
       raise NascliError(f"--dataset_dir {root} has no dataset_info.json (write it with"
                         " `nascli convert-data`)")
@@ -198,11 +199,11 @@ def _resolve_data(data: DataSpec) -> tuple[str | None, str | None, dict | None]:
     elif "validation" in info.get("splits", {}):
       val = os.path.join(root, info["splits"]["validation"]["file_pattern"])
   else:
-    info = _dataset_info_near(train) if train else (_dataset_info_near(val) if val else None)
+    info = dataset_info_near(train) if train else (dataset_info_near(val) if val else None)
   if train:
-    _check_pattern(train, "--training_data_path")
+    check_pattern(train, "--training_data_path")
   if val:
-    _check_pattern(val, "--validation_data_path")
+    check_pattern(val, "--validation_data_path")
   # gs:// data: TensorFlow reads it itself, or from a staged local copy (storage.tf_data_mode).
   return storage.for_tensorflow(train), storage.for_tensorflow(val), info
 

@@ -26,18 +26,40 @@ ROLES = {
 
 
 def held_out_count(n: int, fraction: float | None, size: int | None, default_fraction: float,
-                   part: str = VALIDATION) -> int:
-  """How many of `n` items `--{part}_size` / `--{part}_fraction` (or the default) hold out."""
+                   part: str = VALIDATION, *, beside: bool = False) -> int:
+  """How many of `n` items `--{part}_size` / `--{part}_fraction` (or the default) hold out.
+
+  With `beside` the split is made next to the `n` training items rather than carved from them
+  (a generator renders it), so any size of 1 or more and a fraction up to 1 of `n` are fine.
+  """
   if size is not None and fraction is not None:
     raise NascliError(f"give --{part}_size or --{part}_fraction, not both")
   if size is not None:
-    if not 0 < size < n:
+    if beside and size < 1:
+      raise NascliError(f"--{part}_size must be at least 1, got {size}")
+    if not beside and not 0 < size < n:
       raise NascliError(f"--{part}_size {size} must be between 1 and {n - 1} for {n} images")
     return size
   fraction = default_fraction if fraction is None else fraction
-  if not 0.0 < fraction < 1.0:
-    raise NascliError(f"--{part}_fraction {fraction} must be between 0 and 1")
+  if beside:
+    if not 0.0 < fraction <= 1.0:
+      raise NascliError(f"--{part}_fraction {fraction} must be in (0, 1]")
+    return max(1, round(n * fraction))
+  check_fraction(fraction, part)
   return min(n - 1, max(1, round(n * fraction)))
+
+
+def check_fraction(fraction: float | None, part: str) -> None:
+  """Refuses a `--{part}_fraction` outside (0, 1): it carves a share of the training items, and
+  neither none nor all of them is a split. None (not given) passes."""
+  if fraction is not None and not 0.0 < fraction < 1.0:
+    raise NascliError(f"--{part}_fraction {fraction} must be between 0 and 1")
+
+
+def check_fractions(options, parts: Sequence[str] = HELD_OUT) -> None:
+  """check_fraction() of each `--{part}_fraction` of `options` (ConvertOptions)."""
+  for part in parts:
+    check_fraction(getattr(options, f"{part}_fraction"), part)
 
 
 def validation_count(n: int, fraction: float | None, size: int | None,
@@ -129,9 +151,7 @@ def check_official_test(options, name: str, official: str) -> None:
     if getattr(options, field) is not None:
       raise NascliError(f"--{field} does not apply to {name}: its test split is the official"
                         f" test set ({official})")
-  fraction = options.validation_fraction
-  if fraction is not None and not 0.0 < fraction < 1.0:
-    raise NascliError(f"--validation_fraction {fraction} must be between 0 and 1")
+  check_fractions(options, (VALIDATION,))
 
 
 def official_test_splits(train_labels: Sequence[int], num_test: int, options,

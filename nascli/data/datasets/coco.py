@@ -256,10 +256,7 @@ class CocoSource(Source):
     if not source.exists():
       raise InputError(f"--source {source} does not exist")
     image_dir = None if options.image_dir is None else Path(options.image_dir)
-    for part in splits.HELD_OUT:
-      fraction = getattr(options, f"{part}_fraction")
-      if fraction is not None and not 0.0 < fraction < 1.0:
-        raise NascliError(f"--{part}_fraction {fraction} must be between 0 and 1")
+    splits.check_fractions(options)
     if source.is_dir():
       if options.validation_source is not None:
         raise NascliError("--validation_source applies only when --source is one instances"

@@ -56,10 +56,7 @@ class DigitsSource(Source):
       raise NascliError(f"--image_size {options.image_size} is smaller than the 8x8 source digits")
     if options.channels not in (None, 1, 3):
       raise NascliError(f"--channels must be 1 or 3, got {options.channels}")
-    for part in splits.HELD_OUT:
-      fraction = getattr(options, f"{part}_fraction")
-      if fraction is not None and not 0.0 < fraction < 1.0:
-        raise NascliError(f"--{part}_fraction {fraction} must be between 0 and 1")
+    splits.check_fractions(options)
 
   def prepare(self) -> None:
     ink, labels, self._sklearn_version = load_digits()

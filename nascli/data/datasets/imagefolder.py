@@ -201,10 +201,8 @@ class ImageFolderSource(Source):
 
   @classmethod
   def check_options(cls, options: ConvertOptions) -> None:
+    splits.check_fractions(options)
     for part in splits.HELD_OUT:
-      fraction = getattr(options, f"{part}_fraction")
-      if fraction is not None and not 0.0 < fraction < 1.0:
-        raise NascliError(f"--{part}_fraction {fraction} must be between 0 and 1")
       if getattr(options, f"{part}_source", None) is not None:
         _refuse_source_and_size(options, part)
     if options.label_map is not None:

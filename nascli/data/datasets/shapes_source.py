@@ -49,8 +49,12 @@ class ShapesSource(Source):
     self.num_train = DEFAULT_NUM_SAMPLES if opts.num_samples is None else opts.num_samples
     if self.num_train < 1:
       raise NascliError(f"--num_samples must be at least 1, got {self.num_train}")
-    self.num_validation = self._held_out_count(splits.VALIDATION, DEFAULT_VALIDATION_FRACTION)
-    self.num_test = self._held_out_count(splits.TEST, DEFAULT_TEST_FRACTION)
+    # Rendered beside the training images, so sized against --num_samples, not carved from it.
+    self.num_validation, self.num_test = (
+        splits.held_out_count(self.num_train, getattr(opts, f"{part}_fraction"),
+                              getattr(opts, f"{part}_size"), default, part, beside=True)
+        for part, default in ((splits.VALIDATION, DEFAULT_VALIDATION_FRACTION),
+                              (splits.TEST, DEFAULT_TEST_FRACTION)))
     self.image_size = DEFAULT_IMAGE_SIZE if opts.image_size is None else opts.image_size
     if opts.channels not in (None, 3):
       raise NascliError(f"--channels {opts.channels}: shapes images are RGB (3 channels)")
@@ -62,21 +66,6 @@ class ShapesSource(Source):
     # image is in two splits (train and validation keep the indices they had before test).
     self._offsets = {splits.TRAIN: 0, splits.VALIDATION: self.num_train,
                      splits.TEST: self.num_train + self.num_validation}
-
-  def _held_out_count(self, part: str, default_fraction: float) -> int:
-    """Images rendered for `part`: --{part}_size, or --{part}_fraction of --num_samples."""
-    size = getattr(self.options, f"{part}_size")
-    fraction = getattr(self.options, f"{part}_fraction")
-    if size is not None and fraction is not None:
-      raise NascliError(f"give --{part}_size or --{part}_fraction, not both")
-    if size is not None:
-      if size < 1:
-        raise NascliError(f"--{part}_size must be at least 1, got {size}")
-      return size
-    fraction = default_fraction if fraction is None else fraction
-    if not 0.0 < fraction <= 1.0:
-      raise NascliError(f"--{part}_fraction {fraction} must be in (0, 1]")
-    return max(1, round(self.num_train * fraction))
 
   def settings(self) -> dict[str, Any]:
     return {"generator_version": GENERATOR_VERSION, "seed": self.options.seed,
