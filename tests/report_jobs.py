@@ -1,6 +1,6 @@
 """Job dirs for the report tests: real journals (written with `Journal`, as the search loop
 writes them), real curve files in each trial folder, and the derived outputs written by the
-search's own `results.update_all` (which writes report.html last).
+search's own writers (`outputs.write_all`, report.html among them).
 
 - `early_stopping_job`: 10 trials of a scalar search with ASHA rungs: completed (some promoted
   through a rung), stopped at a rung, failed, and paused; the reward depends on decision `op`
@@ -21,6 +21,8 @@ from unittest import mock
 from nascli.search import journal as journal_lib
 from nascli.search import journal_file
 from nascli.search import results
+import nascli.report  # noqa: F401  pylint: disable=unused-import (its writer: report.html)
+from nascli.search import outputs
 from nascli.search.journal import Journal
 
 OPS = ('conv', 'sep', 'skip')
@@ -126,7 +128,7 @@ def early_stopping_job(job_dir) -> tuple[str, journal_lib.JobState]:
         j.append({'event': 'completed', 'trial_id': trial_id, 'reward': final,
                   'metrics': _metrics(final, latency, 90, rung=1, resumed_from=30)})
   state = journal_lib.replay(j.events())
-  results.update_all(job_dir, state, DOMAINS)
+  outputs.write_all(job_dir, state, DOMAINS)
   return job_dir, state
 
 
@@ -156,7 +158,7 @@ def two_objective_job(job_dir) -> tuple[str, journal_lib.JobState]:
                 'metrics': _metrics(accuracy, latency, 100)})
       _curves(job_dir, trial_id, [2.0, 1.5, 1.2], {})
   state = journal_lib.replay(j.events())
-  results.update_all(job_dir, state, DOMAINS)
+  outputs.write_all(job_dir, state, DOMAINS)
   return job_dir, state
 
 

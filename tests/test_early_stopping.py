@@ -404,9 +404,10 @@ def test_stopped_trials_show_in_tables_plot_and_hparams_with_their_last_rung(tmp
   # pylint: disable=g-import-not-at-top
   from tensorboard.compat.proto import event_pb2
   from tensorboard.plugins.hparams import metadata
+  from nascli.search import outputs
   job_dir = tmp_path / 'job'
   state = _write_job(job_dir)
-  rows = results.update_all(job_dir, state, {'blocks[0].kernel_size': [3, 5]})
+  rows = outputs.write_all(job_dir, state, {'blocks[0].kernel_size': [3, 5]})
   assert list(rows[0])[:3] == ['trial_id', 'status', 'step']
   by_id = {r['trial_id']: r for r in rows}
   assert (by_id['2']['status'], by_id['2']['step'], by_id['2']['reward']) == ('stopped', 10, 0.2)
@@ -691,12 +692,13 @@ def test_a_resumed_auto_search_keeps_the_choice_its_journal_recorded(tmp_path):
   journal's `early_stopping` event stands, either way."""
   # pylint: disable=g-import-not-at-top
   from nascli.search import search_loop
+  from nascli.search import search_args
   job = tmp_path / 'job'
   args = search_loop.SearchArgs(job_dir=str(job), max_nas_trial=30,
                                 scheduler=SchedulerSettings('auto', min_steps=34))
   chosen, why = scheduler_lib.resolve(args.scheduler, 100, 10, max_trials=30)
   assert chosen.name == 'asha_promotions'
-  as_journaled = search_loop._as_journaled  # pylint: disable=protected-access
+  as_journaled = search_args.as_journaled
   assert as_journaled(args, chosen, why) == (chosen, why)  # no journal yet
   journal = Journal.in_dir(job)
   with journal.open_for_writing():
@@ -731,6 +733,7 @@ def test_stop_rules_feed_every_trial_its_rung_0_reward_as_it_reports(tmp_path):
   rewards.)"""
   # pylint: disable=g-import-not-at-top
   from nascli.search import search_loop
+  from nascli.search import attempts
   from nascli.search import workspace
   from tf_vision import job_status
   job = tmp_path / 'job'
@@ -750,7 +753,7 @@ def test_stop_rules_feed_every_trial_its_rung_0_reward_as_it_reports(tmp_path):
     ctl = _Controller()
     for trial, reward, promoted in (('1', 0.5, True), ('2', 0.4, False)):
       job_status.write(str(job / trial), 'paused', step=10, reward=reward, rung=0, final=False)
-      run = search_loop._Running(trial, None, None, 0.0)  # pylint: disable=protected-access
+      run = attempts.Running(trial, None, None, 0.0)
       analysis = {'rung': 0, 'step': 10, 'reward': reward, 'resumed_from': 0}
       assert loop._rung_reported(run, analysis, ctl) is promoted  # pylint: disable=protected-access
   assert ctl.feedbacks == [((1,), 0.5), ((2,), 0.4)]

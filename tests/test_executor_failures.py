@@ -443,15 +443,15 @@ def test_the_end_of_search_export_goes_to_a_fresh_worker_when_the_idle_one_died(
   """The search's last step takes its idle warm worker for the exports; that worker exited after
   `usable()` (the request's write fails): a fresh worker does the exports, no traceback."""
   from types import SimpleNamespace  # pylint: disable=g-import-not-at-top
-  from nascli.search import search_loop  # pylint: disable=g-import-not-at-top
+  from nascli.search import exports  # pylint: disable=g-import-not-at-top
   first = _toy(tmp_path, "1", "complete")
   assert _outcome(executor, executor.start(*first, slot=0)) == executors.Outcome(returncode=0)
   idle = _ran_in(first[1])
   _fault_at_next_submit(monkeypatch, before=_killed)
-  monkeypatch.setattr(search_loop, "to_export", lambda args, state: ["1"])
+  monkeypatch.setattr(exports, "to_export", lambda args, state: ["1"])
   loop = SimpleNamespace(args=SimpleNamespace(job_dir=str(tmp_path)), executor=executor,
                          work_dir=str(tmp_path), gate=None)  # no latency model: nothing timed
-  search_loop.SearchLoop._export_best(loop, state=None)  # pylint: disable=protected-access
+  exports.Exports._export_best(loop, state=None)  # pylint: disable=protected-access
   exported = json.loads((tmp_path / "1" / "exported.json").read_text())
   assert exported["trial_dirs"] == [str(tmp_path / "1")]
   assert exported["pid"] != idle  # not the dead worker

@@ -34,12 +34,12 @@ from nascli.search import executors
 from nascli.search import journal as journal_lib
 from nascli.search import latency_gate
 from nascli.search import preflight
-from nascli.search import results
 from nascli.search import resume
 from nascli.search import reward as reward_lib
 from nascli.search import search_loop
 from nascli.search import trial as trial_lib
 from nascli.search import warm_workers
+from nascli.search import writers
 from nascli.search.controller import Controller
 from nascli.search.controller import ReplayMismatchError
 from tf_vision import job_status
@@ -158,9 +158,9 @@ class _Checker:
 
 def _stub_preflight(set_attr, input_size=32):
   """preflight's config check, answered as the testing YAML's config would be (20 steps, 32x32
-  input) without a worker; and no derived outputs (results.py, tested on its own: the search
+  input) without a worker; and no derived outputs (writers.py, tested on their own: the search
   below and test_search_results.py), whose plots would cost most of these searches' time."""
-  set_attr(results, "update_all", lambda *args, **kwargs: None)
+  set_attr(writers.Outputs, "update", lambda self, state: [])
   set_attr(preflight, "prepare", lambda args: _Check())
   set_attr(warm_workers, "start_config_check", lambda executor, check, log_dir: _Checker())
   set_attr(preflight, "wait", lambda check, checker, log: {

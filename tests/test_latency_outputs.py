@@ -19,6 +19,7 @@ from nascli import report
 from nascli.app import main
 from nascli.search import journal as journal_lib
 from nascli.search import results
+from nascli.search import result_files
 from nascli.search import summary
 from nascli.search.journal import Journal
 
@@ -122,7 +123,7 @@ def test_list_trials_json_has_each_latencys_device_and_source(tmp_path, capsys):
   assert [r['trial_id'] for r in only] == ['3']
   # trials.json and trials.csv hold them too.
   state = journal_lib.replay(Journal.in_dir(str(job_dir)).events())
-  results.write_tables(job_dir, results.trial_rows(job_dir, state))
+  result_files.write_tables(job_dir, results.trial_rows(job_dir, state))
   written = json.loads((job_dir / 'trials.json').read_text())
   assert [r['status'] for r in written] == ['completed', 'completed', 'over_target']
   csv_text = (job_dir / 'trials.csv').read_text()

@@ -2,7 +2,7 @@
 
 The job dirs here are real: a journal written with `Journal`, as the search loop writes it for
 a multi-objective search (each `completed` reward the list of sign-adjusted objective values),
-and the derived outputs written by `results.update_all`.
+and the derived outputs written by `outputs.write_all`.
 """
 
 import csv
@@ -19,6 +19,7 @@ from nascli.errors import NascliError
 from nascli.search import journal as journal_lib
 from nascli.search import pareto
 from nascli.search import results
+from nascli.search import outputs
 from nascli.search.journal import Journal
 from test_search_flags import _refusals  # pylint: disable=g-bad-import-order
 
@@ -181,7 +182,7 @@ def test_journal_replays_list_rewards(job):
 
 def test_update_all_writes_the_front(job):
   job_dir, state = job
-  rows = results.update_all(job_dir, state, {})
+  rows = outputs.write_all(job_dir, state, {})
   by_id = {r['trial_id']: r for r in rows}
   assert list(rows[0])[:5] == ['trial_id', 'status', 'reward', 'pareto', 'hypervolume']
   assert {t: r['pareto'] for t, r in by_id.items()} == {
@@ -223,7 +224,7 @@ def test_pareto_plot_is_a_png_with_the_front_and_the_target(job):
   import numpy as np
   from matplotlib import image
   job_dir, state = job
-  results.update_all(job_dir, state, {})
+  outputs.write_all(job_dir, state, {})
   path = job_dir / 'pareto_front.png'
   assert png_size(path) == (800, 600)
   pixels = (image.imread(path)[..., :3] * 255).round()
@@ -240,7 +241,7 @@ def test_pareto_plot_is_a_png_with_the_front_and_the_target(job):
 def test_a_scalar_search_has_no_pareto_outputs(tmp_path):
   job_dir = tmp_path / 'scalar'
   state = _make_job(job_dir, objectives=None)
-  rows = results.update_all(job_dir, state, {})
+  rows = outputs.write_all(job_dir, state, {})
   assert list(rows[0]) == list(results.COLUMNS)
   assert not (job_dir / 'pareto.json').exists() and not (job_dir / 'pareto_front.png').exists()
   assert {results.PARETO_JSON, results.PARETO_PLOT} <= set(journal_lib.DERIVED_OUTPUTS)

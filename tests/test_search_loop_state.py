@@ -14,7 +14,10 @@ import pytest
 from nascli.search import executors
 from nascli.search import journal as journal_lib
 from nascli.search import scheduler as scheduler_lib
+from nascli.search import attempts
+from nascli.search import live_view
 from nascli.search import search_loop
+from nascli.search import writers
 from nascli.search import workspace
 from nascli.search.controller import Controller
 from tf_vision import job_status
@@ -59,9 +62,9 @@ def _loop(job_dir, executor, **args):
   loop.workspace = workspace.for_job_dir(str(job_dir))
   loop.work_dir = str(job_dir)
   loop.space, loop.space_name, loop.metric, loop.decision_domains = SPACE, 'toy', 'accuracy', {}
-  loop._hparams_written, loop._running, loop._ctl = set(), {}, None  # pylint: disable=protected-access
-  loop._slots, loop._report_cache = {}, {}  # pylint: disable=protected-access
-  loop._progress = search_loop._Progress(loop)  # pylint: disable=protected-access
+  loop._running, loop._ctl, loop._slots = {}, None, {}  # pylint: disable=protected-access
+  loop.outputs = writers.Outputs(str(job_dir), {})
+  loop._progress = live_view.Progress(loop)  # pylint: disable=protected-access
   return loop
 
 
@@ -156,11 +159,11 @@ def test_an_attempt_takes_its_trials_last_slot_when_it_is_free():
   """A promoted trial goes back to the slot (warm worker) that ran its last rung, where it may
   be kept in memory, whenever that slot is free; else to the first free slot."""
   free = [0, 1, 2]
-  assert search_loop.take_slot(free, 2) == 2 and free == [0, 1]
-  assert search_loop.take_slot(free, 2) == 0 and free == [1]  # busy: the first free
-  assert search_loop.take_slot(free) == 1 and free == []
+  assert attempts.take_slot(free, 2) == 2 and free == [0, 1]
+  assert attempts.take_slot(free, 2) == 0 and free == [1]  # busy: the first free
+  assert attempts.take_slot(free) == 1 and free == []
   free = [None, None]  # Ray tasks: slots without identity
-  assert search_loop.take_slot(free, None) is None and free == [None]
+  assert attempts.take_slot(free, None) is None and free == [None]
 
 
 @pytest.mark.parametrize('began_with, overwrite, settled', [

@@ -19,6 +19,9 @@ from conftest import png_size
 
 from nascli.app import main
 from nascli.search import journal as journal_lib
+from nascli.search import hparams
+from nascli.search import outputs
+from nascli.search import result_files
 from nascli.search import results
 from nascli.search.journal import Journal
 
@@ -135,7 +138,7 @@ def test_sort_by_reward_puts_unrewarded_trials_last_in_trial_order(job):
 def test_tables_are_written_whole_and_equal_the_rows(job):
   job_dir, state = job
   rows = results.trial_rows(job_dir, state)
-  results.write_tables(job_dir, rows)
+  result_files.write_tables(job_dir, rows)
   with open(job_dir / 'trials.json', encoding='utf-8') as f:
     assert json.load(f) == rows
   with open(job_dir / 'trials.csv', newline='', encoding='utf-8') as f:
@@ -158,7 +161,7 @@ def test_tables_are_written_whole_and_equal_the_rows(job):
   # Rewriting replaces the files and leaves no temporary file behind, nor one a killed
   # writer left.
   (job_dir / '.trials.csv.abc123.tmp').write_text('half a tab')
-  results.write_tables(job_dir, rows[:2])
+  result_files.write_tables(job_dir, rows[:2])
   with open(job_dir / 'trials.json', encoding='utf-8') as f:
     assert [r['trial_id'] for r in json.load(f)] == ['1', '2']
   assert not [n for n in os.listdir(job_dir) if n.endswith('.tmp')]
@@ -166,14 +169,14 @@ def test_tables_are_written_whole_and_equal_the_rows(job):
 
 def test_progress_plot_is_a_real_png(job):
   job_dir, state = job
-  results.write_progress_plot(job_dir, results.trial_rows(job_dir, state))
+  result_files.write_progress_plot(job_dir, results.trial_rows(job_dir, state))
   path = job_dir / 'search_progress.png'
   assert png_size(path) == (800, 450)
   assert os.path.getsize(path) > 10_000
   # A job with no finished trial still gets a plot (that says so).
   empty = job_dir.parent / 'empty'
   empty.mkdir()
-  results.write_progress_plot(empty, [])
+  result_files.write_progress_plot(empty, [])
   assert png_size(empty / 'search_progress.png') == (800, 450)
   assert not [n for n in os.listdir(job_dir) if n.endswith('.tmp')]
 
@@ -185,7 +188,7 @@ def test_progress_plot_legend_covers_no_point():
   rows += [{'trial_id': '9', 'status': 'stopped', 'reward': 0.3},
            {'trial_id': '10', 'status': 'failed', 'reward': None},
            {'trial_id': '11', 'status': 'completed', 'reward': 0.1}]
-  fig = results.progress_figure('job', rows)
+  fig = result_files.progress_figure('job', rows)
   renderer = fig.canvas.get_renderer()
   ax, = fig.axes
   legend = ax.get_legend().get_window_extent(renderer)
@@ -200,27 +203,27 @@ def test_progress_plot_legend_covers_no_point():
 
 
 def test_hparam_values_are_the_literals_as_strings():
-  assert results.hparam_value('1/3 (3)') == '3'
-  assert results.hparam_value("0/2 ('conv')") == 'conv'
-  assert results.hparam_value('2/3 (0.25)') == '0.25'
-  assert results.hparam_value('1/4 (-1)') == '-1'
-  assert results.hparam_value('1/3') == '1/3'
-  assert results.hparam_value(0.5) == '0.5'
-  assert results.hparam_value("'mbconv'") == 'mbconv'
+  assert hparams.hparam_value('1/3 (3)') == '3'
+  assert hparams.hparam_value("0/2 ('conv')") == 'conv'
+  assert hparams.hparam_value('2/3 (0.25)') == '0.25'
+  assert hparams.hparam_value('1/4 (-1)') == '-1'
+  assert hparams.hparam_value('1/3') == '1/3'
+  assert hparams.hparam_value(0.5) == '0.5'
+  assert hparams.hparam_value("'mbconv'") == 'mbconv'
 
 
 def test_decision_domains_cover_every_value_of_a_real_space():
   import pyglove as pg  # pylint: disable=g-import-not-at-top
   from tf_vision.search_spaces import nas_params, registry  # pylint: disable=g-import-not-at-top
   space = registry.get_search_space('mnasnet')
-  domains = results.decision_domains(space)
+  domains = hparams.decision_domains(space)
   assert domains['blocks[0].block_fn'] == ['conv', 'mbconv']
   assert domains['blocks[0].expand_ratio'] == ['1', '3', '6']
   for seed in range(3):
     params = nas_params.to_nas_params(space, pg.random_dna(pg.dna_spec(space),
                                                            random.Random(seed)))
     assert list(params) == list(domains)
-    assert all(results.hparam_value(v) in domains[k] for k, v in params.items())
+    assert all(hparams.hparam_value(v) in domains[k] for k, v in params.items())
 
 
 def _events(directory):
@@ -239,7 +242,7 @@ def test_hparams_follow_tensorboards_layout(job):
   from tensorboard.plugins.hparams import metadata
   job_dir, state = job
   rows = results.trial_rows(job_dir, state)
-  written = results.write_hparams(job_dir, rows, DOMAINS)
+  written = hparams.write_hparams(job_dir, rows, DOMAINS)
   assert written == {'1', '2', '4'}
   root = job_dir / 'hparams'
   assert sorted(os.listdir(root))[1:] == ['trial-0001', 'trial-0002', 'trial-0004']
@@ -256,7 +259,7 @@ def test_hparams_follow_tensorboards_layout(job):
   expected = {'1': ('3', 'conv', 0.5, 0.55), '2': ('5', 'conv', 0.8, 0.85),
               '4': ('5', 'mbconv', 0.6, 0.7)}
   for trial_id, (kernel, fn, reward, accuracy) in expected.items():
-    files, events = _events(root / results.run_name(trial_id))
+    files, events = _events(root / hparams.run_name(trial_id))
     assert len(files) == 1
     values = _values(events)
     start = metadata.parse_session_start_info_plugin_data(
@@ -275,13 +278,13 @@ def test_hparams_follow_tensorboards_layout(job):
 def test_hparams_are_written_once_across_a_resume(job):
   job_dir, state = job
   rows = results.trial_rows(job_dir, state)
-  results.write_hparams(job_dir, rows, DOMAINS)
+  hparams.write_hparams(job_dir, rows, DOMAINS)
   root = job_dir / 'hparams'
   before = sorted(glob.glob(str(root / '**' / '*tfevents*'), recursive=True))
   # A fresh process (no `written` set) and a second call with one: nothing is added.
-  assert results.write_hparams(job_dir, rows, DOMAINS) == {'1', '2', '4'}
+  assert hparams.write_hparams(job_dir, rows, DOMAINS) == {'1', '2', '4'}
   written = set()
-  results.write_hparams(job_dir, rows, list(KEYS), written)
+  hparams.write_hparams(job_dir, rows, list(KEYS), written)
   assert written == {'1', '2', '4'}
   assert sorted(glob.glob(str(root / '**' / '*tfevents*'), recursive=True)) == before
   # A trial completed later gets its own run; a killed writer's leftovers are cleaned.
@@ -289,7 +292,7 @@ def test_hparams_are_written_once_across_a_resume(job):
   state = journal_lib.replay(Journal.in_dir(job_dir).events() + [
       {'event': 'completed', 'trial_id': '5', 'reward': 0.7,
        'metrics': {'accuracy': 0.75, 'latency_ms': 1.2}}])
-  assert results.write_hparams(job_dir, results.trial_rows(job_dir, state), DOMAINS,
+  assert hparams.write_hparams(job_dir, results.trial_rows(job_dir, state), DOMAINS,
                                written) == {'1', '2', '4', '5'}
   after = sorted(glob.glob(str(root / '**' / '*tfevents*'), recursive=True))
   assert len(after) == len(before) + 1 and set(before) < set(after)
@@ -302,9 +305,10 @@ def test_outputs_are_written_without_tensorflow(job):
   job_dir, _ = job
   code = textwrap.dedent(f'''
       import sys
-      from nascli.search import journal, results
+      import nascli.report
+      from nascli.search import journal, outputs
       state = journal.replay(journal.Journal.in_dir({str(job_dir)!r}).events())
-      results.update_all({str(job_dir)!r}, state, {list(KEYS)!r})
+      outputs.write_all({str(job_dir)!r}, state, {list(KEYS)!r})
       assert 'tensorflow' not in sys.modules, 'TensorFlow was imported'
       ''')
   done = subprocess.run([sys.executable, '-c', code], cwd=REPO, capture_output=True, text=True,
@@ -324,7 +328,7 @@ def test_tensorboard_lists_every_trial(job):
   from tensorboard.plugins.hparams import api_pb2, backend_context, get_experiment
   from tensorboard.plugins.hparams import list_session_groups
   job_dir, state = job
-  results.update_all(job_dir, state, DOMAINS)
+  outputs.write_all(job_dir, state, DOMAINS)
   logdir = str(job_dir / 'hparams')
   multiplexer = plugin_event_multiplexer.EventMultiplexer()
   multiplexer.AddRunsFromDirectory(logdir)
@@ -358,7 +362,7 @@ def test_hparams_with_keys_only_leave_domains_open(job):
   """A domain built from the values seen so far would hide later trials in TensorBoard."""
   from tensorboard.plugins.hparams import metadata  # pylint: disable=g-import-not-at-top
   job_dir, state = job
-  results.write_hparams(job_dir, results.trial_rows(job_dir, state), list(KEYS))
+  hparams.write_hparams(job_dir, results.trial_rows(job_dir, state), list(KEYS))
   _, events = _events(job_dir / 'hparams')
   config = metadata.parse_experiment_plugin_data(
       _values(events)['_hparams_/experiment'][1].metadata.plugin_data.content)
@@ -368,7 +372,7 @@ def test_hparams_with_keys_only_leave_domains_open(job):
 
 def test_update_all_writes_every_output(job):
   job_dir, state = job
-  rows = results.update_all(job_dir, state, DOMAINS)
+  rows = outputs.write_all(job_dir, state, DOMAINS)
   assert rows == results.trial_rows(job_dir, state)
   for name in ('trials.json', 'trials.csv', 'search_progress.png', 'hparams'):
     assert os.path.exists(job_dir / name)

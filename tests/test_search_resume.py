@@ -199,8 +199,8 @@ def test_the_search_journals_the_warm_start_once_before_its_first_proposal(tmp_p
   new.mkdir()
   with loop.journal.open_for_writing():
     journal_lib.check_settings(new, args.settings(), False, journal=loop.journal)
-    events = loop._warm_start(loop.journal.events())  # pylint: disable=protected-access
-    again = loop._warm_start(loop.journal.events())  # pylint: disable=protected-access
+    events = warm_start.journal_once(loop, loop.journal.events())
+    again = warm_start.journal_once(loop, loop.journal.events())
   assert [e["event"] for e in events] == ["search_started", "warm_start"] and again == events
   old_events = journal_events(old)
   assert [(p["dna"], p["reward"]) for p in events[1]["history"]] == [

@@ -9,6 +9,7 @@ import pytest
 
 from nascli import app
 from nascli.search import executors
+from nascli.search import attempts
 from nascli.search import search_loop
 from nascli.search import trial
 from nascli.search.journal import Journal
@@ -79,7 +80,7 @@ def test_a_bug_in_the_bookkeeping_around_a_trial_stops_the_search_not_the_trial(
   # pylint: disable=protected-access
   loop = search_loop.SearchLoop.__new__(search_loop.SearchLoop)  # no frameworks, no workers
   loop.work_dir, loop.journal = str(job), Journal.in_dir(job)
-  running = search_loop._Running('1', None, None, 0.0, journaled=True)
+  running = attempts.Running('1', None, None, 0.0, journaled=True)
   with pytest.raises(trial.NascliBug) as raised:
     loop._finish(running, executors.Outcome(returncode=1), None, None)
   assert not (job / 'journal.jsonl').exists()

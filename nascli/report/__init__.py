@@ -1,9 +1,9 @@
 """`JOB_DIR/report.html`: what a search job (or a proxy-task job) did, as one offline page.
 
 A job kind is registered with `@page_kind(name)` and a test of the job dir; `write(job_dir)`
-writes the page of the first kind that recognizes it. The search refreshes its page after
-every trial (`write_search`, from results.update_all), the proxy-task commands when they
-write their results. The file appears whole (nascli.storage writes aside and renames, or one
+writes the page of the first kind that recognizes it. A search refreshes its page after
+every event (`ReportWriter`, one of its writers: nascli/search/writers.py, off the loop's
+critical path), the proxy-task commands when they write their results. The file appears whole (nascli.storage writes aside and renames, or one
 gs:// upload), so a browser never loads half a page.
 """
 
@@ -15,6 +15,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 from nascli import storage
 from nascli.errors import NascliError
+from nascli.search import writers
 
 logger = logging.getLogger(__name__)
 
@@ -93,3 +94,16 @@ def write_search(job_dir: str, state: Any, rows: Sequence[Mapping[str, Any]],
   except Exception as e:  # pylint: disable=broad-except
     logger.warning('could not refresh %s: %s', path_of(job_dir), ' '.join(str(e).split()))
     return None
+
+
+@writers.register('report')
+class ReportWriter(writers.Writer):
+  """report.html of a running search, rewritten after each event."""
+
+  slow = True  # fANOVA and the curves: never in the way of the next trial
+
+  def __init__(self):
+    self.cache: dict[str, Any] = {}  # the curves of finished trials: one read each
+
+  def write(self, snapshot: writers.Snapshot) -> None:
+    write_search(snapshot.job_dir, snapshot.state, snapshot.rows, self.cache)

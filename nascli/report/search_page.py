@@ -17,6 +17,7 @@ from nascli import storage
 from nascli.report import importance as importance_lib
 from nascli.report.page import Cell, Column, Page, finite
 from nascli.search import pareto as pareto_lib
+from nascli.search import hparams
 from nascli.search import results
 from nascli.search import summary
 from nascli.search.job_state import COMPLETED, FAILED_STATUSES, FINAL_STATUSES, STOPPED
@@ -50,7 +51,7 @@ def _fmt(value: Any, digits: int = 4) -> str:
 
 def decisions(row: Mapping[str, Any]) -> list[str]:
   """`key=value` per decision, the candidates' literals as HParams shows them."""
-  return [f'{k}={results.hparam_value(v)}' for k, v in (row.get('nas_params') or {}).items()]
+  return [f'{k}={hparams.hparam_value(v)}' for k, v in (row.get('nas_params') or {}).items()]
 
 
 def architecture(row: Mapping[str, Any]) -> str:

@@ -279,7 +279,7 @@ def plot_png(rows: Sequence[Mapping[str, Any]], front: Front, title: str,
   second across), the front highlighted and labelled with trial ids (with two objectives, its
   staircase), the target latency as a dashed line where latency is an axis."""
   # pylint: disable=g-import-not-at-top
-  # Figure + the Agg canvas, not pyplot (as results.write_progress_plot): no global state.
+  # Figure + the Agg canvas, not pyplot (as result_files.write_progress_plot): no global state.
   from matplotlib.backends.backend_agg import FigureCanvasAgg
   from matplotlib.figure import Figure
   y_obj, x_obj = front.objectives[0], front.objectives[1]

@@ -13,7 +13,8 @@ and before any proposal, so the new search's decisions stay a pure function of i
 a resumed or killed-and-resumed search replays that event (`Controller.rebuild`), whatever
 became of the old job since.
 
-Reads journals only: no TensorFlow, no pyglove (the flag is checked before either is imported).
+Reads journals only: no TensorFlow, and pyglove only to check the pairs against the space
+(the flag is checked before either is imported).
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ import json
 import os
 from typing import Any
 
+from nascli import console
 from nascli import storage
 from nascli.errors import InputError
 from nascli.errors import NascliError
@@ -115,3 +117,30 @@ def event(job_dir: str, pairs: list[dict[str, Any]]) -> dict[str, Any]:
 def pairs_of(record: dict[str, Any]) -> list[tuple[list[int | float], Any]]:
   """(dna, reward) of a journaled `warm_start` event, in order."""
   return [(list(p['dna']), p['reward']) for p in record.get('history') or []]
+
+
+def journal_once(loop: Any, events: list[dict[str, Any]]) -> list[dict[str, Any]]:
+  """With --warm_start_from: journals the old job's (architecture, reward) pairs as a
+  `warm_start` event before the first proposal, once (a resume replays the one journaled,
+  whatever became of the old job since); returns the journal's events. `loop`: the
+  SearchLoop (its args, space and journal)."""
+  a = loop.args
+  if not a.warm_start_from or any(e.get('event') == EVENT for e in events):
+    return events
+  if any(e.get('event') == 'proposed' for e in events):  # cannot happen: journaled first
+    raise NascliError(f'{a.job_dir}: --warm_start_from came after the first proposal')
+  pairs = check(a.warm_start_from, a.search_space, a.search_space_module, a.objectives,
+                a.job_dir)
+  # Each pair must fit this space (a module's space may have changed): checked before the
+  # event is journaled, so a refused warm start leaves the job as it was. (pyglove comes with
+  # the controller: imported only for a warm start.)
+  from nascli.search import controller as controller_lib  # pylint: disable=g-import-not-at-top
+  controller_lib.Controller(loop.space, 'random', 0, num_objectives=loop.num_objectives,
+                            to_nas_params=lambda space, dna: {}).warm_start(
+                                (p['dna'], p['reward']) for p in pairs)
+  loop.journal.check_writer()
+  loop.journal.append(event(a.warm_start_from, pairs))
+  console.stderr().print(f'warm start: {len(pairs)} (architecture, reward) pair(s) of'
+                         f' {a.warm_start_from} seed the {a.search_algorithm} controller',
+                         highlight=False, markup=False)
+  return loop.journal.events()
