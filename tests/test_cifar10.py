@@ -17,7 +17,8 @@ import pytest
 
 from conftest import decode_image, read_examples
 from nascli.data import download
-from nascli.errors import InputError, NascliError, OutputError, UnsafeInputError
+from official_sets import assert_failed_cleanly, records, shard_digests
+from nascli.errors import InputError, UnsafeInputError
 
 CLASS_NAMES = ["airplane", "automobile", "bird", "cat", "deer", "dog", "frog", "horse", "ship",
                "truck"]
@@ -89,28 +90,18 @@ def _items(data: dict, stems: list[str]) -> dict[str, tuple[np.ndarray, int, str
   return items
 
 
-def _records(out: Path, split: str) -> dict[str, dict]:
-  """source_id -> example, of every record of a split (each source_id once)."""
-  records = {}
-  for ex in read_examples(out / f"{split}-*.tfrecord"):
-    source_id = ex["image/source_id"][0].decode()
-    assert source_id not in records
-    records[source_id] = ex
-  return records
-
-
 def _assert_matches(out: Path, data: dict, filenames: bool,
                     num_validation: int = NUM_VALIDATION) -> dict[str, dict[str, dict]]:
   """Every official image is in exactly one split, with its pixels, label and filename: test is
   test_batch; train and validation share the training batches. Returns the records by split."""
   train_items, test_items = _items(data, TRAIN_STEMS), _items(data, ["test_batch"])
-  by_split = {split: _records(out, split) for split in ("train", "validation", "test")}
+  by_split = {split: records(out, split) for split in ("train", "validation", "test")}
   assert set(by_split["test"]) == set(test_items)
   assert not set(by_split["train"]) & set(by_split["validation"])
   assert set(by_split["train"]) | set(by_split["validation"]) == set(train_items)
   assert len(by_split["validation"]) == num_validation
-  for records in by_split.values():
-    for source_id, ex in records.items():
+  for split_records in by_split.values():
+    for source_id, ex in split_records.items():
       pixels, label, name = {**train_items, **test_items}[source_id]
       stem, index = source_id.rsplit("_", 1)
       assert ex["image/format"] == [b"png"]
@@ -120,15 +111,6 @@ def _assert_matches(out: Path, data: dict, filenames: bool,
       want = name if filenames else f"cifar10_{stem}_{int(index):05d}.png"
       assert ex["image/filename"] == [want.encode()]
   return by_split
-
-
-def _shard_digests(info: dict) -> list[tuple[str, str]]:
-  return [(s["file"], s["sha256"]) for split in info["splits"].values() for s in split["shards"]]
-
-
-def _assert_failed_cleanly(out: Path) -> None:
-  assert not (out / "dataset_info.json").exists()
-  assert not list(out.glob("*.tfrecord"))
 
 
 def test_python_archive(tmp_path, run_convert):
@@ -177,8 +159,8 @@ def test_binary_archive_gives_identical_shards(tmp_path, run_convert):
   _assert_matches(bin_out, data, filenames=False)
   assert bin_info["source"]["format"] == "binary"
   assert bin_info["classes"] == py_info["classes"]
-  assert _shard_digests(bin_info) == _shard_digests(py_info)
-  for name, _ in _shard_digests(py_info):
+  assert shard_digests(bin_info) == shard_digests(py_info)
+  for name, _ in shard_digests(py_info):
     assert (py_out / name).read_bytes() == (bin_out / name).read_bytes()
   assert (py_out / "labels.txt").read_bytes() == (bin_out / "labels.txt").read_bytes()
 
@@ -201,7 +183,7 @@ def test_extracted_folder(tmp_path, run_convert, layout):
     assert info["source"]["kind"] == "folder"
     assert info["source"]["checksum_of"] == "listing"
     assert info["source"]["format"] == layout
-    assert _shard_digests(info) == _shard_digests(a_info)
+    assert shard_digests(info) == shard_digests(a_info)
   _assert_matches(out, data, filenames=False)
 
 
@@ -225,7 +207,7 @@ def test_malicious_pickle_is_refused(tmp_path, run_convert):
   assert "\n" not in message
   assert "data_batch_2" in message and str(archive) in message
   assert not marker.exists()
-  _assert_failed_cleanly(out)
+  assert_failed_cleanly(out)
 
 
 def test_malicious_meta_in_folder_is_refused(tmp_path, run_convert):
@@ -239,7 +221,7 @@ def test_malicious_meta_in_folder_is_refused(tmp_path, run_convert):
   with pytest.raises(UnsafeInputError, match="batches.meta"):
     run_convert("cifar10", output_dir=out, source=folder)
   assert not marker.exists()
-  _assert_failed_cleanly(out)
+  assert_failed_cleanly(out)
 
 
 def test_truncated_archive(tmp_path, run_convert):
@@ -251,7 +233,7 @@ def test_truncated_archive(tmp_path, run_convert):
     run_convert("cifar10", output_dir=out, source=archive)
   assert "\n" not in str(e.value)
   assert str(archive) in str(e.value) and "truncated" in str(e.value)
-  _assert_failed_cleanly(out)
+  assert_failed_cleanly(out)
 
 
 @pytest.mark.parametrize("layout,missing", [("python", "data_batch_3"),
@@ -269,7 +251,7 @@ def test_missing_member(tmp_path, run_convert, layout, missing):
   message = str(e.value)
   assert "\n" not in message
   assert str(archive) in message and f"{folder}/{missing}" in message
-  _assert_failed_cleanly(out)
+  assert_failed_cleanly(out)
 
 
 def test_missing_file_in_folder(tmp_path, run_convert):
@@ -280,7 +262,7 @@ def test_missing_file_in_folder(tmp_path, run_convert):
       (folder / name).write_bytes(blob)
   with pytest.raises(InputError, match=r"has no file test_batch$"):
     run_convert("cifar10", output_dir=tmp_path / "out", source=tmp_path)
-  _assert_failed_cleanly(tmp_path / "out")
+  assert_failed_cleanly(tmp_path / "out")
 
 
 def test_not_a_cifar_archive(tmp_path, run_convert):
@@ -288,7 +270,7 @@ def test_not_a_cifar_archive(tmp_path, run_convert):
   with pytest.raises(InputError, match="not a CIFAR-10 archive") as e:
     run_convert("cifar10", output_dir=tmp_path / "out", source=archive)
   assert str(archive) in str(e.value)
-  _assert_failed_cleanly(tmp_path / "out")
+  assert_failed_cleanly(tmp_path / "out")
 
 
 def test_mixed_layouts_are_refused(tmp_path, run_convert):
@@ -303,7 +285,7 @@ def test_mixed_layouts_are_refused(tmp_path, run_convert):
       tf.addfile(info, io.BytesIO(blob))
   with pytest.raises(InputError, match="mixes python and binary"):
     run_convert("cifar10", output_dir=tmp_path / "out", source=archive)
-  _assert_failed_cleanly(tmp_path / "out")
+  assert_failed_cleanly(tmp_path / "out")
 
 
 def test_bad_label_names(tmp_path, run_convert):
@@ -312,7 +294,7 @@ def test_bad_label_names(tmp_path, run_convert):
   archive = _make_tar(tmp_path / "cifar.tar.gz", BIN, files)
   with pytest.raises(InputError, match="has 2 names, expected 10"):
     run_convert("cifar10", output_dir=tmp_path / "out", source=archive)
-  _assert_failed_cleanly(tmp_path / "out")
+  assert_failed_cleanly(tmp_path / "out")
 
 
 def test_download_without_source(tmp_path, run_convert, monkeypatch):
@@ -336,115 +318,7 @@ def test_download_without_source(tmp_path, run_convert, monkeypatch):
   assert json.loads((out / "dataset_info.json").read_text())["dataset"] == "cifar10"
 
 
-# ----- the three splits (issue 47: the search must not select on the test set)
-
-
-def _pixel_digests(records: dict[str, dict]) -> set[str]:
-  return {hashlib.sha256(decode_image(ex["image/encoded"][0]).tobytes()).hexdigest()
-          for ex in records.values()}
-
-
-def test_splits_are_disjoint_and_whole(tmp_path, run_convert):
-  data = _make_data(seed=3)
-  archive = _make_tar(tmp_path / "cifar-10-python.tar.gz", PY, _python_files(data))
-  info, _, out = run_convert("cifar10", source=archive, num_shards=2)
-  by_split = _assert_matches(out, data, filenames=True)
-  digests = {split: _pixel_digests(records) for split, records in by_split.items()}
-  assert {split: len(d) for split, d in digests.items()} == {
-      "train": NUM_TRAIN - NUM_VALIDATION, "validation": NUM_VALIDATION, "test": NUM_TEST}
-  for a, b in [("train", "validation"), ("train", "test"), ("validation", "test")]:
-    assert not digests[a] & digests[b], (a, b)
-  whole = {hashlib.sha256(pixels.tobytes()).hexdigest()
-           for pixels, _, _ in _items(data, TRAIN_STEMS + ["test_batch"]).values()}
-  assert set().union(*digests.values()) == whole
-  assert {s: info["splits"][s]["num_records"] for s in by_split} == {
-      "train": NUM_TRAIN - NUM_VALIDATION, "validation": NUM_VALIDATION, "test": NUM_TEST}
-
-
-def test_validation_is_stratified_and_seeded(tmp_path, run_convert):
-  data = _make_data(seed=4)
-  archive = _make_tar(tmp_path / "cifar-10-python.tar.gz", PY, _python_files(data))
-  train_labels = [label for stem in TRAIN_STEMS for label in data[stem]["labels"]]
-  chosen = {}
-  for seed in (0, 1):
-    info, _, out = run_convert("cifar10", output_dir=tmp_path / f"s{seed}", source=archive,
-                               num_shards=1, seed=seed, validation_fraction=0.3)
-    by_split = _assert_matches(out, data, filenames=True, num_validation=15)
-    counts = info["splits"]["validation"]["class_counts"]
-    for c in set(train_labels):
-      share = 15 * train_labels.count(c) / NUM_TRAIN
-      assert abs(counts.get(str(c), 0) - share) <= 1, (c, counts, share)
-    chosen[seed] = set(by_split["validation"])
-  assert chosen[0] != chosen[1]
-  # The same seed gives the same shards.
-  again, _, _ = run_convert("cifar10", output_dir=tmp_path / "again", source=archive,
-                            num_shards=1, seed=1, validation_fraction=0.3)
-  assert _shard_digests(again) == _shard_digests(info)
-
-
-def test_dataset_info_records_origins_seed_and_sizes(tmp_path, run_convert):
-  data = _make_data()
-  archive = _make_tar(tmp_path / "cifar-10-binary.tar.gz", BIN, _binary_files(data))
-  info, _, out = run_convert("cifar10", source=archive, num_shards=1, seed=7,
-                             validation_size=12)
-  splits = info["splits"]
-  assert {s: splits[s]["num_records"] for s in splits} == {
-      "train": NUM_TRAIN - 12, "validation": 12, "test": NUM_TEST}
-  assert splits["train"]["origin"] == (
-      "the official training set (data_batch_1..5) less the validation split")
-  assert splits["validation"]["origin"] == (
-      "carved from the official training set (data_batch_1..5): stratified by class, seed 7")
-  assert splits["test"]["origin"] == "the official test set (test_batch)"
-  assert "eval" in splits["test"]["role"] and "search" in splits["validation"]["role"]
-  assert {k: info["settings"][k] for k in ("seed", "validation_fraction", "validation_size")} == {
-      "seed": 7, "validation_fraction": None, "validation_size": 12}
-  assert json.loads((out / "dataset_info.json").read_text())["splits"]["test"]["origin"] == (
-      "the official test set (test_batch)")
-  # Another seed is another conversion: its shards are not taken for these.
-  with pytest.raises(OutputError, match="different conversion"):
-    run_convert("cifar10", output_dir=out, source=archive, num_shards=1, seed=8,
-                validation_size=12)
-
-
-def test_validation_options_change_sizes(tmp_path, run_convert):
-  data = _make_data()
-  archive = _make_tar(tmp_path / "cifar-10-python.tar.gz", PY, _python_files(data))
-  for i, (options, held_out) in enumerate([({}, 5), ({"validation_fraction": 0.2}, 10),
-                                           ({"validation_size": 1}, 1),
-                                           ({"validation_size": 49}, 49)]):
-    info, _, out = run_convert("cifar10", output_dir=tmp_path / f"o{i}", source=archive,
-                               num_shards=1, **options)
-    sizes = {s: info["splits"][s]["num_records"] for s in info["splits"]}
-    assert sizes == {"train": NUM_TRAIN - held_out, "validation": held_out, "test": NUM_TEST}
-  _assert_matches(out, data, filenames=True, num_validation=49)
-
-
-@pytest.mark.parametrize("options,flag", [
-    ({"validation_size": 50}, "--validation_size 50 must be between 1 and 49"),
-    ({"validation_fraction": 1.5}, "--validation_fraction 1.5 must be between 0 and 1"),
-    ({"validation_fraction": 0.1, "validation_size": 3}, "--validation_size or"),
-    ({"test_fraction": 0.1}, "--test_fraction does not apply to cifar10"),
-    ({"test_size": 5}, "--test_size does not apply to cifar10"),
-])
-def test_bad_split_options(tmp_path, run_convert, options, flag):
-  archive = _make_tar(tmp_path / "cifar-10-python.tar.gz", PY, _python_files(_make_data()))
-  out = tmp_path / "out"
-  with pytest.raises(NascliError) as e:
-    run_convert("cifar10", output_dir=out, source=archive, **options)
-  assert "\n" not in str(e.value) and flag in str(e.value)
-  _assert_failed_cleanly(out)
-
-
-def test_command_refuses_test_flags(tmp_path, cli):
-  archive = _make_tar(tmp_path / "cifar-10-python.tar.gz", PY, _python_files(_make_data()))
-  for flag, value in [("--test_fraction", "0.1"), ("--test_size", "5"),
-                      ("--test_source", archive)]:
-    code, stdout, stderr = cli("convert-data", "cifar10", "--source", archive, flag, value,
-                               "--output_dir", tmp_path / "out")
-    assert (code, stdout) == (1, ""), stderr
-    assert len(stderr.strip().splitlines()) == 1, stderr
-    assert f"{flag} does not apply to cifar10" in stderr
-    assert not (tmp_path / "out").exists()
+# The three splits: tests/test_official_splits.py runs them on this source and mnist.
 
 
 def test_item_names_and_ids_say_which_batch(tmp_path):

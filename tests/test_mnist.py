@@ -14,7 +14,8 @@ import pytest
 
 from conftest import decode_image, read_examples
 from nascli.data import download
-from nascli.errors import InputError, NascliError, OutputError
+from official_sets import assert_failed_cleanly, records
+from nascli.errors import InputError, NascliError
 
 NAMES = ["zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine"]
 STEMS = ["train-images-idx3-ubyte", "train-labels-idx1-ubyte", "t10k-images-idx3-ubyte",
@@ -61,29 +62,19 @@ def _write(folder: Path, data: dict, gz: bool = True, blobs: dict | None = None)
   return folder
 
 
-def _records(out: Path, split: str) -> dict[str, dict]:
-  """source_id -> example, of every record of a split (each source_id once)."""
-  records = {}
-  for ex in read_examples(out / f"{split}-*.tfrecord"):
-    source_id = ex["image/source_id"][0].decode()
-    assert source_id not in records
-    records[source_id] = ex
-  return records
-
-
 def _assert_matches(out: Path, data: dict, channels: int,
                     num_validation: int = NUM_VALIDATION) -> dict[str, dict[str, dict]]:
   """Every official image is in exactly one split, with its pixels and label: test is t10k;
   train and validation share the official training set. Returns the records by split."""
   ids = {official: {f"mnist_{official}_{i}" for i in range(len(data[official][1]))}
          for official in ("train", "test")}
-  by_split = {split: _records(out, split) for split in ("train", "validation", "test")}
+  by_split = {split: records(out, split) for split in ("train", "validation", "test")}
   assert set(by_split["test"]) == ids["test"]
   assert not set(by_split["train"]) & set(by_split["validation"])
   assert set(by_split["train"]) | set(by_split["validation"]) == ids["train"]
   assert len(by_split["validation"]) == num_validation
-  for records in by_split.values():
-    for source_id, ex in records.items():
+  for split_records in by_split.values():
+    for source_id, ex in split_records.items():
       _, official, i = source_id.split("_")
       pixels, labels = data[official]
       i = int(i)
@@ -96,11 +87,6 @@ def _assert_matches(out: Path, data: dict, channels: int,
       for c in range(channels):
         np.testing.assert_array_equal(image[:, :, c], pixels[i])
   return by_split
-
-
-def _assert_failed_cleanly(out: Path) -> None:
-  assert not (out / "dataset_info.json").exists()
-  assert not list(out.glob("*.tfrecord"))
 
 
 def test_one_channel_round_trip(tmp_path, run_convert):
@@ -158,7 +144,7 @@ def test_wrong_magic_number(tmp_path, run_convert):
   assert "\n" not in message
   assert str(folder / "t10k-images-idx3-ubyte.gz") in message
   assert "2049" in message and "2051" in message
-  _assert_failed_cleanly(out)
+  assert_failed_cleanly(out)
 
 
 def test_image_label_count_mismatch(tmp_path, run_convert):
@@ -171,7 +157,7 @@ def test_image_label_count_mismatch(tmp_path, run_convert):
   message = str(e.value)
   assert "train-images-idx3-ubyte.gz" in message and "train-labels-idx1-ubyte.gz" in message
   assert f"{NUM_TRAIN} images" in message and f"{NUM_TRAIN - 1} labels" in message
-  _assert_failed_cleanly(out)
+  assert_failed_cleanly(out)
 
 
 def test_file_length_must_match_header(tmp_path, run_convert):
@@ -181,7 +167,7 @@ def test_file_length_must_match_header(tmp_path, run_convert):
   with pytest.raises(InputError, match="train-images-idx3-ubyte holds") as e:
     run_convert("mnist", output_dir=tmp_path / "out", source=folder)
   assert str(folder / STEMS[0]) in str(e.value)
-  _assert_failed_cleanly(tmp_path / "out")
+  assert_failed_cleanly(tmp_path / "out")
 
 
 def test_corrupt_gzip(tmp_path, run_convert):
@@ -191,7 +177,7 @@ def test_corrupt_gzip(tmp_path, run_convert):
   with pytest.raises(InputError, match="corrupt gzip") as e:
     run_convert("mnist", output_dir=tmp_path / "out", source=folder)
   assert str(path) in str(e.value)
-  _assert_failed_cleanly(tmp_path / "out")
+  assert_failed_cleanly(tmp_path / "out")
 
 
 def test_label_out_of_range(tmp_path, run_convert):
@@ -201,7 +187,7 @@ def test_label_out_of_range(tmp_path, run_convert):
   folder = _write(tmp_path / "mnist", data, blobs={STEMS[3]: _labels_idx(labels)})
   with pytest.raises(InputError, match="label 10 at index 3"):
     run_convert("mnist", output_dir=tmp_path / "out", source=folder)
-  _assert_failed_cleanly(tmp_path / "out")
+  assert_failed_cleanly(tmp_path / "out")
 
 
 def test_missing_file(tmp_path, run_convert):
@@ -210,7 +196,7 @@ def test_missing_file(tmp_path, run_convert):
   with pytest.raises(InputError) as e:
     run_convert("mnist", output_dir=tmp_path / "out", source=folder)
   assert "t10k-labels-idx1-ubyte.gz" in str(e.value) and str(folder) in str(e.value)
-  _assert_failed_cleanly(tmp_path / "out")
+  assert_failed_cleanly(tmp_path / "out")
 
 
 def test_bad_options(tmp_path, run_convert):
@@ -249,105 +235,7 @@ def test_download_without_source(tmp_path, run_convert, monkeypatch):
   _assert_matches(out, data, channels=1)
 
 
-# ----- the three splits (issue 47: the search must not select on the test set)
-
-
-def _pixel_digests(records: dict[str, dict]) -> set[str]:
-  return {hashlib.sha256(decode_image(ex["image/encoded"][0]).tobytes()).hexdigest()
-          for ex in records.values()}
-
-
-def test_splits_are_disjoint_and_whole(tmp_path, run_convert):
-  data = _make_data(seed=3)
-  info, _, out = run_convert("mnist", source=_write(tmp_path / "mnist", data), num_shards=2)
-  by_split = _assert_matches(out, data, channels=1)
-  digests = {split: _pixel_digests(records) for split, records in by_split.items()}
-  sizes = {"train": NUM_TRAIN - NUM_VALIDATION, "validation": NUM_VALIDATION, "test": NUM_TEST}
-  assert {split: len(d) for split, d in digests.items()} == sizes
-  for a, b in [("train", "validation"), ("train", "test"), ("validation", "test")]:
-    assert not digests[a] & digests[b], (a, b)
-  whole = {hashlib.sha256(image[:, :, None].tobytes()).hexdigest()
-           for official in ("train", "test") for image in data[official][0]}
-  assert set().union(*digests.values()) == whole
-  assert {s: info["splits"][s]["num_records"] for s in sizes} == sizes
-
-
-def test_validation_is_stratified_and_seeded(tmp_path, run_convert):
-  data = _make_data(seed=4)
-  folder = _write(tmp_path / "mnist", data)
-  labels = data["train"][1].tolist()
-  chosen = {}
-  for seed in (0, 1):
-    info, _, out = run_convert("mnist", output_dir=tmp_path / f"s{seed}", source=folder,
-                               num_shards=1, seed=seed, validation_fraction=0.25)
-    by_split = _assert_matches(out, data, channels=1, num_validation=10)
-    counts = info["splits"]["validation"]["class_counts"]
-    for c in set(labels):
-      share = 10 * labels.count(c) / NUM_TRAIN
-      assert abs(counts.get(str(c), 0) - share) <= 1, (c, counts, share)
-    chosen[seed] = set(by_split["validation"])
-  assert chosen[0] != chosen[1]
-
-
-def test_dataset_info_records_origins_seed_and_sizes(tmp_path, run_convert):
-  folder = _write(tmp_path / "mnist", _make_data())
-  info, _, out = run_convert("mnist", source=folder, num_shards=1, seed=7, validation_size=12)
-  splits = info["splits"]
-  assert {s: splits[s]["num_records"] for s in splits} == {
-      "train": NUM_TRAIN - 12, "validation": 12, "test": NUM_TEST}
-  assert splits["train"]["origin"] == (
-      "the official training set (train-images-idx3-ubyte) less the validation split")
-  assert splits["validation"]["origin"] == ("carved from the official training set"
-                                            " (train-images-idx3-ubyte): stratified by class,"
-                                            " seed 7")
-  assert splits["test"]["origin"] == "the official test set (t10k-images-idx3-ubyte)"
-  assert "eval" in splits["test"]["role"] and "search" in splits["validation"]["role"]
-  assert {k: info["settings"][k] for k in ("seed", "validation_fraction", "validation_size")} == {
-      "seed": 7, "validation_fraction": None, "validation_size": 12}
-  # Another validation size is another conversion: its shards are not taken for these.
-  with pytest.raises(OutputError, match="different conversion"):
-    run_convert("mnist", output_dir=out, source=folder, num_shards=1, seed=7, validation_size=11)
-
-
-def test_validation_options_change_sizes(tmp_path, run_convert):
-  data = _make_data()
-  folder = _write(tmp_path / "mnist", data)
-  for i, (options, held_out) in enumerate([({}, 4), ({"validation_fraction": 0.5}, 20),
-                                           ({"validation_size": 1}, 1),
-                                           ({"validation_size": 39}, 39)]):
-    info, _, out = run_convert("mnist", output_dir=tmp_path / f"o{i}", source=folder,
-                               num_shards=1, **options)
-    sizes = {s: info["splits"][s]["num_records"] for s in info["splits"]}
-    assert sizes == {"train": NUM_TRAIN - held_out, "validation": held_out, "test": NUM_TEST}
-  _assert_matches(out, data, channels=1, num_validation=39)
-
-
-@pytest.mark.parametrize("options,flag", [
-    ({"validation_size": 40}, "--validation_size 40 must be between 1 and 39"),
-    ({"validation_fraction": 0.0}, "--validation_fraction 0.0 must be between 0 and 1"),
-    ({"validation_fraction": 0.1, "validation_size": 3}, "--validation_size or"),
-    ({"test_fraction": 0.1}, "--test_fraction does not apply to mnist"),
-    ({"test_size": 5}, "--test_size does not apply to mnist"),
-])
-def test_bad_split_options(tmp_path, run_convert, options, flag):
-  folder = _write(tmp_path / "mnist", _make_data())
-  out = tmp_path / "out"
-  with pytest.raises(NascliError) as e:
-    run_convert("mnist", output_dir=out, source=folder, **options)
-  assert "\n" not in str(e.value) and flag in str(e.value)
-  _assert_failed_cleanly(out)
-
-
-def test_command_refuses_test_flags(tmp_path, cli):
-  folder = _write(tmp_path / "mnist", _make_data())
-  for flag, value in [("--test_fraction", "0.1"), ("--test_size", "5"),
-                      ("--test_source", folder)]:
-    code, stdout, stderr = cli("convert-data", "mnist", "--source", folder, flag, value,
-                               "--output_dir", tmp_path / "out")
-    assert (code, stdout) == (1, ""), stderr
-    assert len(stderr.strip().splitlines()) == 1, stderr
-    assert f"{flag} does not apply to mnist" in stderr
-    assert not (tmp_path / "out").exists()
+# The three splits: tests/test_official_splits.py runs them on this source and mnist.
 
 
 def test_item_names_and_ids_say_which_file(tmp_path):

@@ -1,0 +1,32 @@
+"""Test helpers for the sources that ship an official test set (cifar10, mnist): read back the
+records a conversion wrote, and check that a refused one left nothing behind."""
+
+import hashlib
+from pathlib import Path
+
+from conftest import decode_image, read_examples
+
+
+def records(out: Path, split: str) -> dict[str, dict]:
+  """source_id -> example, of every record of a split (each source_id once)."""
+  by_id = {}
+  for ex in read_examples(out / f"{split}-*.tfrecord"):
+    source_id = ex["image/source_id"][0].decode()
+    assert source_id not in by_id
+    by_id[source_id] = ex
+  return by_id
+
+
+def pixel_digests(by_id: dict[str, dict]) -> set[str]:
+  """sha256 of the decoded pixels of each record."""
+  return {hashlib.sha256(decode_image(ex["image/encoded"][0]).tobytes()).hexdigest()
+          for ex in by_id.values()}
+
+
+def shard_digests(info: dict) -> list[tuple[str, str]]:
+  return [(s["file"], s["sha256"]) for split in info["splits"].values() for s in split["shards"]]
+
+
+def assert_failed_cleanly(out: Path) -> None:
+  assert not (out / "dataset_info.json").exists()
+  assert not list(out.glob("*.tfrecord"))
