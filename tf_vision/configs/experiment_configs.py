@@ -98,30 +98,49 @@ def get_experiment(name: str) -> cfg.ExperimentConfig:
   return upgrade(exp_factory.get_exp_config(name))
 
 
-def _trainer(train_steps: int, steps_per_loop: int, learning_rate: float) -> cfg.TrainerConfig:
+def _sgd_trainer(train_steps: int, interval: int, learning_rate: dict, warmup: dict,
+                 **trainer) -> cfg.TrainerConfig:
+  """Momentum-0.9 SGD with `learning_rate` (a one-of: {type: {...}}) after a linear `warmup`,
+  a loop, summary and checkpoint every `interval` steps; `trainer` sets the rest."""
   return cfg.TrainerConfig(
       train_steps=train_steps,
-      steps_per_loop=steps_per_loop,
-      summary_interval=steps_per_loop,
-      checkpoint_interval=steps_per_loop,
-      validation_interval=train_steps,
-      validation_steps=-1,
-      max_to_keep=3,
+      steps_per_loop=interval,
+      summary_interval=interval,
+      checkpoint_interval=interval,
       optimizer_config=optimization.OptimizationConfig({
           "optimizer": {"type": "sgd", "sgd": {"momentum": 0.9}},
-          "learning_rate": {"type": "cosine", "cosine": {
-              "initial_learning_rate": learning_rate, "decay_steps": train_steps}},
-          "warmup": {"type": "linear", "linear": {
-              "warmup_steps": max(1, train_steps // 20), "warmup_learning_rate": 0.0}},
-      }))
+          "learning_rate": learning_rate,
+          "warmup": {"type": "linear", "linear": warmup},
+      }),
+      **trainer)
+
+
+def _trainer(train_steps: int, steps_per_loop: int, learning_rate: float) -> cfg.TrainerConfig:
+  """The small CPU experiments: cosine decay after 5% warmup, validated once at the end."""
+  return _sgd_trainer(
+      train_steps, steps_per_loop,
+      {"type": "cosine", "cosine": {"initial_learning_rate": learning_rate,
+                                    "decay_steps": train_steps}},
+      {"warmup_steps": max(1, train_steps // 20), "warmup_learning_rate": 0.0},
+      validation_interval=train_steps, validation_steps=-1, max_to_keep=3)
+
+
+_RESTRICTIONS = ["task.train_data.is_training != None",
+                 "task.validation_data.is_training != None"]
+
+
+def _experiment(task: cfg.TaskConfig, trainer: cfg.TrainerConfig) -> cfg.ExperimentConfig:
+  """An experiment of nascli's on one device in float32 (a run or a flag widens it)."""
+  return cfg.ExperimentConfig(
+      runtime=cfg.RuntimeConfig(distribution_strategy="one_device",
+                                mixed_precision_dtype="float32"),
+      task=task, trainer=trainer, restrictions=list(_RESTRICTIONS))
 
 
 @exp_factory.register_config_factory("nascli_classification")
 def nascli_classification() -> cfg.ExperimentConfig:
   """A small CPU-friendly classifier: ResNet-10 on 32x32 images (e.g. `convert-data digits`)."""
-  return cfg.ExperimentConfig(
-      runtime=cfg.RuntimeConfig(distribution_strategy="one_device",
-                              mixed_precision_dtype="float32"),
+  return _experiment(
       task=ImageClassificationTask(
           model=nascli_backbones.ImageClassificationModel(
               num_classes=10,
@@ -137,17 +156,13 @@ def nascli_classification() -> cfg.ExperimentConfig:
           validation_data=ic.DataConfig(is_training=False, global_batch_size=64,
                                         decode_jpeg_only=False, aug_crop=False,
                                         drop_remainder=False)),
-      trainer=_trainer(train_steps=300, steps_per_loop=50, learning_rate=0.1),
-      restrictions=["task.train_data.is_training != None",
-                    "task.validation_data.is_training != None"])
+      trainer=_trainer(train_steps=300, steps_per_loop=50, learning_rate=0.1))
 
 
 @exp_factory.register_config_factory("nascli_retinanet")
 def nascli_retinanet() -> cfg.ExperimentConfig:
   """A small CPU-friendly detector: RetinaNet + SpineNet-Mobile-49XS at 128x128 (`shapes`)."""
-  return cfg.ExperimentConfig(
-      runtime=cfg.RuntimeConfig(distribution_strategy="one_device",
-                              mixed_precision_dtype="float32"),
+  return _experiment(
       task=rn.RetinaNetTask(
           model=rn.RetinaNet(
               num_classes=4,
@@ -168,43 +183,28 @@ def nascli_retinanet() -> cfg.ExperimentConfig:
                                    parser=rn.Parser(aug_rand_hflip=True)),
           validation_data=rn.DataConfig(is_training=False, global_batch_size=8,
                                         dtype="float32", drop_remainder=False)),
-      trainer=_trainer(train_steps=100, steps_per_loop=10, learning_rate=0.02),
-      restrictions=["task.train_data.is_training != None",
-                    "task.validation_data.is_training != None"])
+      trainer=_trainer(train_steps=100, steps_per_loop=10, learning_rate=0.02))
 
 
 # NAS experiments (Vertex NAS `image_classification_nas` / `retinanet_nas`): the full-size
 # stage-1 bases that tf_vision/configs/experiments/*_search_*.yaml and the fast test YAMLs
 # override. The searched architecture arrives as backbone.<type>.block_specs_json; None builds
 # the fixed reference (MnasNet-A1 / SpineNet-49). No default data paths: give them per run.
-_NAS_RESTRICTIONS = ["task.train_data.is_training != None",
-                     "task.validation_data.is_training != None"]
-
-
 def _stepwise_trainer(train_steps: int, interval: int, validation_steps: int,
                       boundaries: list[int], values: list[float],
                       warmup_steps: int) -> cfg.TrainerConfig:
-  return cfg.TrainerConfig(
-      train_steps=train_steps,
-      steps_per_loop=interval,
-      summary_interval=interval,
-      checkpoint_interval=interval,
-      validation_interval=interval,
-      validation_steps=validation_steps,
-      optimizer_config=optimization.OptimizationConfig({
-          "optimizer": {"type": "sgd", "sgd": {"momentum": 0.9}},
-          "learning_rate": {"type": "stepwise", "stepwise": {
-              "boundaries": boundaries, "values": values}},
-          "warmup": {"type": "linear", "linear": {"warmup_steps": warmup_steps}},
-      }))
+  """Vertex's stage-1 recipes: stepwise decay, validated every `interval` steps."""
+  return _sgd_trainer(
+      train_steps, interval, {"type": "stepwise", "stepwise": {"boundaries": boundaries,
+                                                               "values": values}},
+      {"warmup_steps": warmup_steps}, validation_interval=interval,
+      validation_steps=validation_steps)
 
 
 @exp_factory.register_config_factory("nas_classification_tunable_mnasnet")
 def nas_classification_tunable_mnasnet() -> cfg.ExperimentConfig:
   """Stage-1 MnasNet search trial on ImageNet: 10 epochs at batch 1024 (Vertex's base)."""
-  return cfg.ExperimentConfig(
-      runtime=cfg.RuntimeConfig(distribution_strategy="one_device",
-                              mixed_precision_dtype="float32"),
+  return _experiment(
       task=ImageClassificationTask(
           model=nascli_backbones.ImageClassificationModel(
               num_classes=1001,
@@ -221,16 +221,13 @@ def nas_classification_tunable_mnasnet() -> cfg.ExperimentConfig:
       trainer=_stepwise_trainer(
           train_steps=12218, interval=1222, validation_steps=30,
           boundaries=[3666, 6721, 9776], values=[0.064, 0.06208, 0.0602, 0.0584],
-          warmup_steps=611),
-      restrictions=list(_NAS_RESTRICTIONS))
+          warmup_steps=611))
 
 
 @exp_factory.register_config_factory("nas_retinanet_tunable_spinenet")
 def nas_retinanet_tunable_spinenet() -> cfg.ExperimentConfig:
   """Stage-1 SpineNet search trial on COCO: RetinaNet, 512x512, 10 epochs at batch 64."""
-  return cfg.ExperimentConfig(
-      runtime=cfg.RuntimeConfig(distribution_strategy="one_device",
-                              mixed_precision_dtype="float32"),
+  return _experiment(
       task=RetinaNetTask(
           model=RetinaNet(
               num_classes=91,
@@ -257,5 +254,4 @@ def nas_retinanet_tunable_spinenet() -> cfg.ExperimentConfig:
                                         dtype="float32", drop_remainder=False)),
       trainer=_stepwise_trainer(
           train_steps=17330, interval=1733, validation_steps=116,
-          boundaries=[13864], values=[0.08, 0.008], warmup_steps=500),
-      restrictions=list(_NAS_RESTRICTIONS))
+          boundaries=[13864], values=[0.08, 0.008], warmup_steps=500))
