@@ -42,7 +42,6 @@ import argparse
 import datetime
 import hashlib
 import io
-import json
 import os
 from pathlib import Path
 import shutil
@@ -50,7 +49,8 @@ import statistics
 import sys
 import time
 
-import host  # bench/host.py (scripts run from bench/)
+import benchlib  # bench/benchlib.py (scripts run from bench/)
+import host  # bench/host.py
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
@@ -433,9 +433,7 @@ def main() -> None:
     report["cases"][case] = run_case(case, args.repeats, args.num_shards, args.warmup,
                                      args.idle_timeout)
   print_table(report)
-  args.out.parent.mkdir(parents=True, exist_ok=True)
-  args.out.write_text(json.dumps(report, indent=2) + "\n")
-  print(f"\nwrote {args.out}")
+  benchlib.write_json(report, args.out)
 
 
 if __name__ == "__main__":

@@ -30,23 +30,10 @@ from pathlib import Path
 
 import numpy as np
 
+import benchlib  # bench/benchlib.py (scripts run from bench/)
+
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
-
-
-def _tau(a, b) -> float:
-  from scipy import stats  # pylint: disable=g-import-not-at-top
-  return round(float(stats.kendalltau(a, b).statistic), 3)
-
-
-def _within(pred, meas) -> float:
-  pred, meas = np.asarray(pred, float), np.asarray(meas, float)
-  return round(float(np.mean(np.abs(pred - meas) / meas <= 0.10)), 3)
-
-
-def _mape(pred, meas) -> float:
-  pred, meas = np.asarray(pred, float), np.asarray(meas, float)
-  return round(100.0 * float(np.mean(np.abs(pred - meas) / meas)), 1)
 
 
 def _line(x_train, y_train, x_test):
@@ -150,13 +137,13 @@ def main() -> None:
     preds["the measurement again, later (the ceiling)"] = second
   table_out = {}
   for name, pred in preds.items():
-    row = {"vs_round_1": {"kendall_tau": _tau(ranks.get(name, pred), y1),
-                          "within_10pct": _within(pred, y1), "mape": _mape(pred, y1)}}
+    row = {"vs_round_1": {"kendall_tau": benchlib.tau(ranks.get(name, pred), y1),
+                          "within_10pct": benchlib.within(pred, y1), "mape": benchlib.mape(pred, y1)}}
     if second is not None and not name.startswith("the measurement"):
       mean = (y1 + second) / 2
-      row["vs_mean_of_rounds"] = {"kendall_tau": _tau(ranks.get(name, pred), mean),
-                                  "within_10pct": _within(pred, mean),
-                                  "mape": _mape(pred, mean)}
+      row["vs_mean_of_rounds"] = {"kendall_tau": benchlib.tau(ranks.get(name, pred), mean),
+                                  "within_10pct": benchlib.within(pred, mean),
+                                  "mape": benchlib.mape(pred, mean)}
     table_out[name] = row
   first_t = min(e["time"] for e in events if e["event"] in ("measured", "layer"))
   last_t = max(e["time"] for e in events if e["event"] in ("measured", "layer"))
@@ -171,10 +158,7 @@ def main() -> None:
       "predictors": table_out,
       "noisy_share": round(float(np.mean([bool(e["report"].get("noisy")) for e in held])), 3),
   }
-  text = json.dumps(result, indent=2)
-  if args.out:
-    Path(args.out).write_text(text + "\n")
-  print(text)
+  benchlib.print_json(result, args.out)
 
 
 if __name__ == "__main__":

@@ -27,18 +27,10 @@ from pathlib import Path
 
 import numpy as np
 
+import benchlib  # bench/benchlib.py (scripts run from bench/)
+
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
-
-
-def _tau(a, b) -> float:
-  from scipy import stats  # pylint: disable=g-import-not-at-top
-  return round(float(stats.kendalltau(a, b).statistic), 3)
-
-
-def _within(pred, meas) -> float:
-  pred, meas = np.asarray(pred, float), np.asarray(meas, float)
-  return round(float(np.mean(np.abs(pred - meas) / meas <= 0.10)), 3)
 
 
 def _line(x_train, y_train, x_test):
@@ -78,8 +70,8 @@ def analyse(rows: list[dict], size: int, train: int, seed: int) -> dict:
   predictors["measurement_round_2"] = second
   table = {}
   for name, pred in predictors.items():
-    table[name] = {"kendall_tau": _tau(ranks.get(name, pred), y),
-                   "within_10pct": _within(pred, y)}
+    table[name] = {"kendall_tau": benchlib.tau(ranks.get(name, pred), y),
+                   "within_10pct": benchlib.within(pred, y)}
   out["predictors"] = table
   out["noisy_share"] = round(float(np.mean([r[key][0]["noisy"] for r in held])), 3)
   return out
@@ -107,10 +99,7 @@ def main() -> None:
       "sizes": [analyse(rows, s, args.train, args.seed) for s in (224, 32)
                 if any(f"tflite_{s}" in r for r in rows)],
   }
-  text = json.dumps(result, indent=2)
-  if args.out:
-    Path(args.out).write_text(text + "\n")
-  print(text)
+  benchlib.print_json(result, args.out)
 
 
 if __name__ == "__main__":

@@ -26,6 +26,8 @@ import sys
 import time
 from pathlib import Path
 
+import benchlib  # bench/benchlib.py (scripts run from bench/)
+
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
@@ -107,10 +109,7 @@ def main() -> None:
       "flops_vs_tflite1": tau([r["flops"] for r in rows], first("tflite1_ms")),
   }
   result = {"machine": machine, "args": vars(args), "rows": rows, "kendall": summary}
-  text = json.dumps(result, indent=2)
-  if args.out:
-    Path(args.out).write_text(text + "\n")
-  print(text)
+  benchlib.print_json(result, args.out)
 
 
 if __name__ == "__main__":

@@ -80,7 +80,8 @@ from typing import Any
 import numpy as np
 import pyglove as pg
 
-import host  # bench/host.py (scripts run from bench/)
+import benchlib  # bench/benchlib.py (scripts run from bench/)
+import host  # bench/host.py
 import nb201_peers  # bench/nb201_peers.py
 from nascli.search import controller as controller_lib
 from nascli.search import journal as journal_lib
@@ -388,15 +389,6 @@ def wilcoxon(a: list[float], b: list[float]) -> dict[str, Any]:
           'losses': losses, 'n': n}
 
 
-def parse_seeds(text: str) -> list[int]:
-  if ',' in text:
-    return [int(s) for s in text.split(',')]
-  if '-' in text:
-    low, high = text.split('-')
-    return list(range(int(low), int(high) + 1))
-  return list(range(int(text)))
-
-
 def parse_options(items: list[str]) -> dict[str, dict[str, Any]]:
   out: dict[str, dict[str, Any]] = {}
   for item in items:
@@ -659,8 +651,8 @@ def main() -> None:
     plot(results, Path(args.png))
     print(markdown(results))
     return
-  seeds = parse_seeds(args.seeds)
-  hv_seeds = parse_seeds(args.hv_seeds)
+  seeds = benchlib.seeds(args.seeds)
+  hv_seeds = benchlib.seeds(args.hv_seeds)
   datasets = [d for d in args.datasets.split(',') if d]
   methods = [a for a in args.methods.split(',') if a]
   free_methods = [a for a in args.free_methods.split(',') if a]

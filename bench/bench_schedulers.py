@@ -138,6 +138,7 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
+import benchlib  # bench/benchlib.py (scripts run from bench/)
 from nascli.proxy import trial_curves
 from nascli.search import promotion
 from nascli.search import scheduler as scheduler_lib
@@ -1029,15 +1030,6 @@ def markdown(result: dict[str, Any], reference: str, seeds: int, budget: float =
   return '\n'.join(lines)
 
 
-def _seeds(text: str) -> list[int]:
-  if ',' in text:
-    return [int(s) for s in text.split(',')]
-  if '-' in text:
-    a, b = text.split('-')
-    return list(range(int(a), int(b) + 1))
-  return list(range(int(text)))
-
-
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
   parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
   source = parser.add_mutually_exclusive_group(required=True)
@@ -1136,7 +1128,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
   if args.budget and args.budget < args.workers * curves.steps[-1]:
     raise SystemExit(f'error: --budget {args.budget:g}: below {args.workers} full trainings'
                      f' ({args.workers} x {curves.steps[-1]} steps), none would complete one')
-  seeds = _seeds(args.seeds)
+  seeds = benchlib.seeds(args.seeds)
   taus = rank_correlations(curves, ladder)
   pool = Pool(curves, ladder, 'fresh', noise=0.0)
   spread = seed_spread(curves, ladder)

@@ -72,7 +72,8 @@ import sys
 import threading
 import time
 
-import host  # bench/host.py (scripts run from bench/)
+import benchlib  # bench/benchlib.py (scripts run from bench/)
+import host  # bench/host.py
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
@@ -655,9 +656,7 @@ def main() -> None:
   report["discarded_busy_runs"] = discarded
   report["machine"]["loadavg_at_end"] = os.getloadavg()
   print_table(report)
-  args.out.parent.mkdir(parents=True, exist_ok=True)
-  args.out.write_text(json.dumps(report, indent=2) + "\n")
-  print(f"\nwrote {args.out}")
+  benchlib.write_json(report, args.out)
 
 
 if __name__ == "__main__":
