@@ -497,3 +497,56 @@ def test_ray_trials_run_on_their_node_and_upload_their_own_folders(searched, cac
   listed = nascli_subprocess("list_trials", job, "--json")
   assert sorted(r["reward"] for r in json.loads(listed.stdout)) == sorted(
       r["reward"] for r in rows)
+
+
+# Slow tier (2 minutes here: a trial more, in a fresh process); the default tier has the copy
+# itself (tests/test_resume_gcs.py) and the local search_resume (tests/test_search_resume.py).
+@pytest.mark.slow
+def test_search_resume_into_a_gcs_job_dir_after_a_killed_copy(searched, cache):
+  """search_resume --local_output_dir gs://...: a copy killed on the way (its claim left, one
+  journal entry up) is made again whole, then the search runs its one more trial; a copy under
+  way in a live process on this machine is refused (nascli/search/resume_gcs.py)."""
+  job, rows = searched
+  new = job + "-resumed"
+  claim = storage.join(new, ".resume-copy.json")
+  dead = subprocess.Popen(["true"])  # a pid that no process has any more
+  dead.wait()
+  storage.create_bytes(claim, json.dumps({"previous": job, "host": os.uname().nodename,
+                                          "pid": dead.pid}).encode())
+  first = GcsJournal(job).entry(1)
+  storage.create_bytes(GcsJournal(new).entry(1), storage.read_bytes(first))
+  storage.write_text(storage.join(new, "1", "half-written.tmp"), "x")
+  env = {"NASCLI_CACHE_DIR": cache}
+  live = subprocess.Popen(["sleep", "60"])
+  try:
+    storage.write_text(claim, json.dumps({"previous": job, "host": os.uname().nodename,
+                                          "pid": live.pid}))
+    refused = nascli_subprocess("search_resume", "--previous_job_dir", job,
+                                "--local_output_dir", new, "--max_nas_trial", "3", env=env)
+  finally:
+    live.kill()
+    live.wait()
+  assert refused.returncode == 1, refused.stderr
+  assert refused.stderr == (f"Error: another search_resume (pid {live.pid}) is making {new};"
+                            " wait for it\n")
+  resumed = nascli_subprocess("search_resume", "--previous_job_dir", job, "--local_output_dir",
+                              new, "--max_nas_trial", "3", "--json", env=env, timeout=900)
+  assert resumed.returncode == 0, resumed.stderr[-3000:]
+  got = json.loads(resumed.stdout)
+  assert [(r["trial_id"], r["status"]) for r in got] == [
+      ("1", "completed"), ("2", "completed"), ("3", "completed")]
+  assert all(r["trial_dir"] == f"{new}/{r['trial_id']}" for r in got)
+  assert {r["trial_id"]: r["reward"] for r in got if r["trial_id"] != "3"} == {
+      r["trial_id"]: r["reward"] for r in rows}
+  assert not storage.exists(claim)
+  previous = GcsJournal(job).events()
+  events = GcsJournal(new).events()
+  assert events[:len(previous)] == previous
+  assert events[len(previous)]["event"] == "resumed_from"
+  assert events[len(previous)]["previous_job_dir"] == job
+  assert [e["trial_id"] for e in events[len(previous):] if e["event"] == "completed"] == ["3"]
+  names = storage.list_names(new)
+  assert "1/half-written.tmp" not in names
+  assert _trial_layout(names, "1") == _trial_layout(storage.list_names(job), "1")
+  listed = nascli_subprocess("list_trials", new, "--json")
+  assert listed.returncode == 0 and len(json.loads(listed.stdout)) == 3, listed.stderr

@@ -69,13 +69,10 @@ class GcsWorkspace:
     """Keeps the staging folder only if it belongs to this very search (the one whose
     search_started the journal holds): a search started over (--overwrite, or the prefix
     deleted and reused) must not resume trials from another search's checkpoints."""
-    first = dict(events[0]) if events else {}
-    identity = {"job_dir": self.job_dir, "started": first.get("time"),
-                "fingerprint": first.get("fingerprint")}
     marker = os.path.join(self.work_dir, STAGING_MARKER)
     try:
       with open(marker, encoding="utf-8") as f:
-        same = json.load(f) == identity
+        same = json.load(f) == self._identity(events)
     except (OSError, ValueError):
       same = False
     if not same:
@@ -83,7 +80,18 @@ class GcsWorkspace:
         path = os.path.join(self.work_dir, name)
         if name.isdigit() and os.path.isdir(path):
           shutil.rmtree(path)
-      storage.write_text(marker, json.dumps(identity))
+      self.adopt(events)
+
+  def _identity(self, events: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    first = dict(events[0]) if events else {}
+    return {"job_dir": self.job_dir, "started": first.get("time"),
+            "fingerprint": first.get("fingerprint")}
+
+  def adopt(self, events: Sequence[Mapping[str, Any]]) -> None:
+    """Marks what the staging folder holds as this search's (search_resume staged its copy of
+    the previous job's trials there)."""
+    storage.write_text(os.path.join(self.work_dir, STAGING_MARKER),
+                       json.dumps(self._identity(events)))
 
   def attempt_starting(self, trial_id: str) -> None:
     """As locally: an earlier attempt's marker goes, this attempt uploads its own."""
