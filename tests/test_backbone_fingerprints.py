@@ -7,6 +7,7 @@ Garden's factory the way a trial builds it, must keep:
   - its layers (name and class) and variables (name, shape, in order): checkpoints restore by
     these, and Keras names layers from a global counter, so one extra or missing layer renames
     every later one;
+  - its checkpoint keys (the object-graph paths a `tf.train.Checkpoint` saves, with shapes);
   - its `get_config()` (what `to_json` and `from_config` carry);
   - its endpoints on a fixed input (shape, mean and standard deviation).
 `EXPECTED` was printed by this module's `__main__` at commit 9d1929b, before the refactor; run
@@ -15,7 +16,9 @@ Garden's factory the way a trial builds it, must keep:
 
 import hashlib
 import json
+import os
 import sys
+import tempfile
 
 import numpy as np
 import pytest
@@ -90,6 +93,12 @@ def _significant(value: float) -> float:
   return float(f'{value:.7g}')
 
 
+def _checkpoint_keys(model: tf_keras.Model) -> list:
+  with tempfile.TemporaryDirectory() as tmp:
+    path = tf.train.Checkpoint(model=model).write(os.path.join(tmp, 'ckpt'))
+    return tf.train.list_variables(path)
+
+
 def fingerprint(case: str) -> dict:
   """Builds `case` in a fresh Keras session with a fixed seed and summarizes it."""
   kind, fields = CASES[case]
@@ -105,6 +114,7 @@ def fingerprint(case: str) -> dict:
       'layers': _digest(f'{l.name} {type(l).__name__}' for l in model.layers),
       'variables': _digest(f'{w.name} {w.shape.as_list()}' for w in model.weights),
       'num_variables': len(model.weights),
+      'checkpoint': _digest(f'{name} {shape}' for name, shape in _checkpoint_keys(model)),
       'config': _digest([json.dumps(model.get_config(), default=_serialize)]),
       # Relative statistics: MnasNet's untrained deep endpoints are small (1e-9 and below).
       'outputs': {level: [v.shape.as_list(), _significant(np.mean(np.abs(v.numpy()))),
@@ -117,7 +127,7 @@ EXPECTED = {
     'mnasnet_a1': {
         'class': 'MnasNet', 'num_variables': 277,
         'layers': '879dceb8034bd227', 'variables': '9962f226277529ed',
-        'config': '09ef3146d3c1f96d',
+        'checkpoint': '5a39038cf3055d30', 'config': '09ef3146d3c1f96d',
         'outputs': {
             '2': ([2, 16, 16, 24], 0.0003632784, 0.0004534294),
             '3': ([2, 8, 8, 40], 4.637611e-06, 5.806303e-06),
@@ -128,7 +138,7 @@ EXPECTED = {
     'mnasnet_half_sd': {
         'class': 'MnasNet', 'num_variables': 277,
         'layers': '879dceb8034bd227', 'variables': 'b444c4f72baec870',
-        'config': '373eca5b4e45be3d',
+        'checkpoint': 'b64bd796bdf2a719', 'config': '373eca5b4e45be3d',
         'outputs': {
             '2': ([2, 16, 16, 16], 0.0007646531, 0.0009465774),
             '3': ([2, 8, 8, 24], 1.234658e-05, 1.553712e-05),
@@ -139,7 +149,7 @@ EXPECTED = {
     'tunable_mnasnet_features_only': {
         'class': 'TunableMnasNet', 'num_variables': 272,
         'layers': '9ba3e20239659e16', 'variables': '51b9522a06468237',
-        'config': 'aa9d59cf4ebc978d',
+        'checkpoint': '0e2bdbb24188f529', 'config': 'aa9d59cf4ebc978d',
         'outputs': {
             '2': ([2, 16, 16, 24], 0.0003632784, 0.0004534294),
             '3': ([2, 8, 8, 40], 4.637611e-06, 5.806303e-06),
@@ -149,7 +159,7 @@ EXPECTED = {
     'tunable_mnasnet_searched': {
         'class': 'TunableMnasNet', 'num_variables': 195,
         'layers': '10410ac7afdb1f5b', 'variables': 'b62c1b3327186d54',
-        'config': '4ab9855182e61837',
+        'checkpoint': 'ace46053659b248c', 'config': '4ab9855182e61837',
         'outputs': {
             '2': ([2, 16, 16, 16], 0.001796045, 0.002208934),
             '3': ([2, 8, 8, 24], 4.195319e-05, 5.293375e-05),
@@ -160,7 +170,7 @@ EXPECTED = {
     'tunable_spinenet_searched': {
         'class': 'TunableSpineNet', 'num_variables': 640,
         'layers': '441454d2bb863902', 'variables': '0dcb52a4b4c73260',
-        'config': '96a700c6bfcb0eb4',
+        'checkpoint': 'dca875859ca377b9', 'config': '96a700c6bfcb0eb4',
         'outputs': {
             '3': ([2, 8, 8, 32], 0.0001982665, 0.0002545799),
             '4': ([2, 4, 4, 32], 8.120039e-05, 0.0001071463),
