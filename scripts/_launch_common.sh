@@ -18,6 +18,14 @@ die() {
   exit 1
 }
 
+# need_args GIVEN LEAST ARGS: exit 1 with `Usage: sh $0 ARGS` unless GIVEN ($#) >= LEAST.
+need_args() {
+  if [ "$1" -lt "$2" ]; then
+    echo "Usage: sh $0 $3" >&2
+    exit 1
+  fi
+}
+
 # Sets nascli_prog to the nascli program, or exits 1 saying how to get one. Called before any
 # redirection, so that the message reaches the terminal.
 # shellcheck disable=SC2034  # nascli_prog: read by the launcher.

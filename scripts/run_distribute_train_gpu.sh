@@ -11,11 +11,7 @@ set -eu
 _script_dir="$(dirname -- "$0")"
 . "${_script_dir}/_launch_common.sh"
 
-usage="Usage: sh $0 DATASET_PATH DEVICE_NUM [nascli train options...]"
-if [ $# -lt 2 ]; then
-  echo "${usage}" >&2
-  exit 1
-fi
+need_args $# 2 "DATASET_PATH DEVICE_NUM [nascli train options...]"
 dataset_path="$(existing_dir DATASET_PATH "$1")"
 is_count "$2" || die "DEVICE_NUM must be a positive integer, got '$2'"
 device_num="$2"

@@ -18,11 +18,7 @@ set -eu
 _script_dir="$(dirname -- "$0")"
 . "${_script_dir}/_launch_common.sh"
 
-usage="Usage: sh $0 HOSTFILE DATASET_PATH INDEX|all [nascli train options...]"
-if [ $# -lt 3 ]; then
-  echo "${usage}" >&2
-  exit 1
-fi
+need_args $# 3 "HOSTFILE DATASET_PATH INDEX|all [nascli train options...]"
 hostfile="$1"
 [ -f "${hostfile}" ] || die "HOSTFILE ${hostfile} does not exist"
 dataset_path="$(existing_dir DATASET_PATH "$2")"

@@ -7,11 +7,7 @@ set -eu
 _script_dir="$(dirname -- "$0")"
 . "${_script_dir}/_launch_common.sh"
 
-usage="Usage: sh $0 DATASET_PATH CHECKPOINT_PATH [nascli eval options...]"
-if [ $# -lt 2 ]; then
-  echo "${usage}" >&2
-  exit 1
-fi
+need_args $# 2 "DATASET_PATH CHECKPOINT_PATH [nascli eval options...]"
 dataset_path="$(existing_dir DATASET_PATH "$1")"
 checkpoint="$2"
 shift 2

@@ -7,11 +7,7 @@ set -eu
 _script_dir="$(dirname -- "$0")"
 . "${_script_dir}/_launch_common.sh"
 
-usage="Usage: sh $0 DATASET_PATH [DEVICE_ID] [nascli train options...]"
-if [ $# -lt 1 ]; then
-  echo "${usage}" >&2
-  exit 1
-fi
+need_args $# 1 "DATASET_PATH [DEVICE_ID] [nascli train options...]"
 dataset_path="$(existing_dir DATASET_PATH "$1")"
 shift
 device_id=0
