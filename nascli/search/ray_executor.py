@@ -44,7 +44,6 @@ def _import_ray():
   return ray
 
 
-
 def _lost(error: Exception) -> str:
   return " ".join(f"{type(error).__name__}: {error}".split())[:500]
 
