@@ -6,10 +6,9 @@ from __future__ import annotations
 
 from typing import Any, Mapping, Sequence
 
-# pylint: disable=unused-import,g-bad-import-order
-# In the order they write (the order of the search's outputs before they were writers).
-from nascli.search import result_files  # noqa: F401  trials.json/csv, progress and Pareto plots
+# pylint: disable=unused-import
 from nascli.search import hparams  # noqa: F401  trials' HParams for TensorBoard
+from nascli.search import result_files  # noqa: F401  trials.json/csv, progress and Pareto plots
 from nascli.search import writers
 from nascli.search.journal import JobState
 
