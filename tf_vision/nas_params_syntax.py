@@ -87,14 +87,23 @@ def check(params: str | os.PathLike, what: str = '--nas_params_str') -> dict[str
   for key, value in values.items():
     if isinstance(value, (int, float)) and not isinstance(value, bool):
       continue  # a pg.floatv decision
-    match = VALUE_RE.fullmatch(value) if isinstance(value, str) else None
-    if match is None:
-      raise NascliError(f'{source}: key {key!r}: value {value!r} is not {VALUE_FORMAT}')
-    index, count = int(match.group(1)), int(match.group(2))
-    if index >= count:
-      raise NascliError(f'{source}: key {key!r}: index {index} is out of range for {count} '
-                        'candidates')
+    split_value(source, key, value)
   return values
+
+
+def split_value(source: str, key: str, value: Any,
+                shown: str | None = None) -> tuple[int, int, str | None]:
+  """(index, count, literal) of one `"<index>/<n> (<literal>)"` value, else one line naming
+  `source` and `key`; `shown` is how that line quotes a bad value (default: its repr)."""
+  match = VALUE_RE.fullmatch(value) if isinstance(value, str) else None
+  if match is None:
+    shown = repr(value) if shown is None else shown
+    raise NascliError(f'{source}: key {key!r}: value {shown} is not {VALUE_FORMAT}')
+  index, count = int(match.group(1)), int(match.group(2))
+  if index >= count:
+    raise NascliError(f'{source}: key {key!r}: index {index} is out of range for {count} '
+                      'candidates')
+  return index, count, match.group(3)
 
 
 def json_type(value: Any) -> str:

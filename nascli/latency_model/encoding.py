@@ -21,9 +21,8 @@ import numpy as np
 from nascli.errors import InputError
 from nascli.errors import NascliError
 # pyglove-free: the value syntax `"<index>/<num_candidates> (<literal>)"` and the JSON reader.
+from tf_vision import nas_params_syntax
 from tf_vision.nas_params_syntax import load_nas_params
-from tf_vision.nas_params_syntax import VALUE_FORMAT
-from tf_vision.nas_params_syntax import VALUE_RE
 
 # path -> the literal of each candidate, in candidate order (None where not known).
 Decisions = dict[str, list[str | None]]
@@ -238,14 +237,7 @@ def _split(source: str, key: str, value: Any) -> tuple[int, int, str | None]:
   if isinstance(value, (int, float)) and not isinstance(value, bool):
     raise NascliError(f'{source}: key {key!r}: value {value!r} is a number (a pg.floatv '
                       'decision): a latency model takes categorical decisions only')
-  match = VALUE_RE.fullmatch(value) if isinstance(value, str) else None
-  if match is None:
-    raise NascliError(f'{source}: key {key!r}: value {_short(value)} is not {VALUE_FORMAT}')
-  index, count = int(match.group(1)), int(match.group(2))
-  if index >= count:
-    raise NascliError(f'{source}: key {key!r}: index {index} is out of range for {count} '
-                      'candidates')
-  return index, count, match.group(3)
+  return nas_params_syntax.split_value(source, key, value, _short(value))
 
 
 def _short(value: Any) -> str:
