@@ -138,26 +138,16 @@ def test_unreachable_url_names_destination(tmp_path):
   assert _listing(tmp_path) == []
 
 
-def test_http_error(server, tmp_path):
+@pytest.mark.parametrize("path,filename,timeout,message", [
+    ("missing", "m", 5, r"/missing \(HTTP 404 Not Found\)"),  # an HTTP error
+    ("short", "s", 5, r"/short \(.*1000.*\); fetch it"),  # the connection closed early
+    ("hang", "h", 0.3, r"/hang \(timed out\)"),  # a timeout
+])
+def test_server_failure_is_named_and_leaves_nothing(server, tmp_path, path, filename, timeout,
+                                                    message):
   base, _ = server
-  with pytest.raises(DownloadError, match=r"/missing \(HTTP 404 Not Found\)"):
-    download.fetch(f"{base}/missing", tmp_path, "m", progress=False,
-                   timeout=5)
-  assert _listing(tmp_path) == []
-
-
-def test_connection_closed_early(server, tmp_path):
-  base, _ = server
-  with pytest.raises(DownloadError, match=r"/short \(.*1000.*\); fetch it"):
-    download.fetch(f"{base}/short", tmp_path, "s", progress=False, timeout=5)
-  assert _listing(tmp_path) == []
-
-
-def test_timeout(server, tmp_path):
-  base, _ = server
-  with pytest.raises(DownloadError, match=r"/hang \(timed out\)"):
-    download.fetch(f"{base}/hang", tmp_path, "h", progress=False,
-                   timeout=0.3)
+  with pytest.raises(DownloadError, match=message):
+    download.fetch(f"{base}/{path}", tmp_path, filename, progress=False, timeout=timeout)
   assert _listing(tmp_path) == []
 
 
