@@ -15,9 +15,8 @@ from typing import Annotated, Any, Optional
 import typer
 
 from nascli import storage
-from nascli.commands import ray_flags
 from nascli.commands import search_flags as f
-from nascli.commands.options import flag
+from nascli.commands.options import flag, given, takes
 from nascli.errors import NascliError
 from tf_vision.search_spaces import registry as space_registry
 from tf_vision.serving import arch_latency
@@ -67,31 +66,27 @@ AsJson = Annotated[bool, typer.Option(
     " counts.")]
 
 
+@takes(f.SPACE, "config_file", "target_device_type", "latency_input_size", "num_architectures",
+       "num_heldout", "seed", "num_threads", "pin_cpus", "runs", "local_output_dir", "output",
+       "overwrite", "ray_address", "ray_node_ip", f.LOCAL, "measure_layers", "as_json")
 def build_latency_model(
-    prebuilt_search_space: f.Space = "mnasnet",
-    search_space_module: f.SpaceModule = None,
-    config_file: f.ConfigFiles = None,
     target_device_type: Runtime = "cpu-tflite",
     latency_input_size: InputSize = None,
     num_architectures: NumArchitectures = 100,
     num_heldout: NumHeldout = 30,
-    seed: f.Seed = 0,
     num_threads: NumThreads = 1,
     pin_cpus: PinCpus = None,
     runs: Runs = 50,
     local_output_dir: OutputDir = None,
     output: Output = None,
-    overwrite: f.Overwrite = False,
-    ray_address: ray_flags.RayAddress = None,
     ray_node_ip: RayNodeIp = None,
-    ray_num_cpus: ray_flags.RayNumCpus = None,
-    ray_temp_dir: ray_flags.RayTempDir = None,
     measure_layers: MeasureLayers = False,
     as_json: AsJson = False,
+    **shared,
 ) -> None:
   """Time random architectures of a search space on a target runtime at the serving size and
   fit a latency model (one file) that a search loads with --latency_model."""
-  args = _args(locals())
+  args = _args(given(locals()))
   # numpy and the job come with this command, not with every nascli command's start-up.
   from nascli.latency_model import build_job  # pylint: disable=g-import-not-at-top
   build_job.check_settings(args)  # another job in the dir: refused before TF or pyglove

@@ -6,6 +6,7 @@ from typing import Annotated, Optional
 import typer
 
 from nascli import checks
+from nascli.commands import model_flags as m
 from nascli.commands.options import flag
 from nascli.errors import NascliError
 
@@ -32,13 +33,9 @@ def refuse_bad_flags(model_dir: str | None, checkpoint_path: str | None,
 
 
 def evaluate(
-    model_dir: Annotated[Optional[str], typer.Option(
-        *flag("model_dir"), help="A model dir written by `nascli train`.")] = None,
-    checkpoint_path: Annotated[Optional[str], typer.Option(
-        *flag("checkpoint_path"), help="A checkpoint prefix (default: the latest in"
-        " --model_dir).")] = None,
-    experiment: Annotated[Optional[str], typer.Option(
-        *flag("experiment"), help="Only for model dirs not written by nascli.")] = None,
+    model_dir: m.ModelDir = None,
+    checkpoint_path: m.CheckpointPath = None,
+    experiment: m.Experiment = None,
     validation_data_path: Annotated[Optional[str], typer.Option(
         *flag("validation_data_path"), help="TFRecord glob(s) to evaluate instead of a split"
         " (default: the --split of the run's data set).")] = None,

@@ -6,6 +6,7 @@ from typing import Annotated, Optional
 import typer
 
 from nascli import checks
+from nascli.commands import model_flags as m
 from nascli.commands.options import flag
 
 # TensorFlow-free copy of tf_vision.serving.export_lib.INPUT_TYPES (a test keeps them equal).
@@ -28,16 +29,12 @@ def refuse_bad_flags(args) -> None:
 
 
 def export(
-    model_dir: Annotated[str, typer.Option(
-        *flag("model_dir"), help="A model dir written by `nascli train`.")],
-    checkpoint_path: Annotated[Optional[str], typer.Option(
-        *flag("checkpoint_path"), help="Checkpoint prefix (default: latest in --model_dir).")]
-    = None,
+    model_dir: m.ModelDir,
+    checkpoint_path: m.CheckpointPath = None,
     export_dir: Annotated[Optional[str], typer.Option(
         *flag("export_dir"), help="Output folder (default: MODEL_DIR/export/INPUT_TYPE).")]
     = None,
-    experiment: Annotated[Optional[str], typer.Option(
-        *flag("experiment"), help="Only for model dirs not written by nascli.")] = None,
+    experiment: m.Experiment = None,
     input_type: Annotated[str, typer.Option(
         *flag("input_type"), help="image_tensor, image_bytes or tf_example.")] = "image_tensor",
     batch_size: Annotated[Optional[int], typer.Option(

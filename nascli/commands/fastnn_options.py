@@ -15,7 +15,8 @@ from typing import Annotated, Any, Callable, Optional, Sequence
 
 import typer
 
-from nascli.commands.options import flag, normalize_option
+from nascli.commands.help_layout import rewrite_flags
+from nascli.commands.options import flag
 from tf_vision.configs import fastnn_keys as fastnn
 
 # Keys that are options of the command itself (they choose data and directories).
@@ -111,7 +112,6 @@ NO_EFFECT = frozenset(k for k, v in HELP.items() if len(v) == 1)
 OPTION_KEYS = tuple(k for k in fastnn.FASTNN_KEYS if k not in OWN_KEYS)
 BOOL_KEYS = frozenset(k for k in OPTION_KEYS if fastnn.FASTNN_KEYS[k].type is bool)
 _METAVARS = {int: "<int>", float: "<float>", str: "<str>"}
-_BOOL_WORDS = frozenset({"True", "true", "1", "False", "false", "0"})
 
 
 def _metavar(spec: fastnn.HparamSpec) -> str:
@@ -207,34 +207,15 @@ def bool_values_as_flags(args: Sequence[str], takes_value: frozenset[str] = froz
     The arguments with each FastNN boolean given a value rewritten as its flag; nothing after
     `--` is touched.
   """
-  out: list[str] = []
-  tokens = list(args)
-  i = 0
-  while i < len(tokens):
-    token = tokens[i]
-    i += 1
-    if token == "--":
-      out += tokens[i - 1:]
-      break
-    name, eq, value = token.partition("=")
-    option = normalize_option(name)
-    if option in takes_value and not eq:
-      out += tokens[i - 1:i + 1]
-      i += 1
-      continue
-    key = option[2:] if option.startswith("--") else None
-    if key not in BOOL_KEYS:
-      out.append(token)
-      continue
-    if not eq and i < len(tokens) and tokens[i] in _BOOL_WORDS:
-      value, eq = tokens[i], "="
-      i += 1
-    if not eq:
-      out.append(token)
-      continue
+
+  def rewrite(key: str, token: str, value: Optional[str]) -> list[str]:
+    if value is None:
+      return [token]
     try:
       on = fastnn.coerce_value(key, value)
     except ValueError as e:
       raise typer.BadParameter(str(e), param_hint=f"'--{key}'") from None
-    out.append(f"--{key}" if on else f"--no_{key}")
-  return out
+    return [f"--{key}" if on else f"--no_{key}"]
+
+  return rewrite_flags(list(args), takes_value,
+                       {f"--{key}": functools.partial(rewrite, key) for key in BOOL_KEYS})

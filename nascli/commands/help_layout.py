@@ -5,6 +5,7 @@ spellings is the root context's `token_normalize_func` (nascli/commands/options.
 """
 
 import difflib
+import functools
 import re
 from typing import Any, Callable, Optional, Sequence
 
@@ -177,6 +178,42 @@ def _refuses_own_option(message: str, params: Sequence[Any]) -> bool:
   return bool(match) and any(match.group(1) in getattr(p, "opts", ()) for p in params)
 
 
+BOOL_WORDS = TRUE_WORDS + FALSE_WORDS
+
+
+def rewrite_flags(args: Sequence[str], takes_value: frozenset[str],
+                  rewrites: dict[str, Callable[[str, Optional[str]], list[str]]]) -> list[str]:
+  """Each `--flag`, `--flag=VALUE` or `--flag WORD` (WORD one of BOOL_WORDS) of a flag in
+  `rewrites` (underscore spelling) replaced by what its function returns for (the token as
+  given, VALUE or None): one walk of the arguments, as Click will read them, for Vertex's
+  boolean values of the commands' flags and of FastNN's (fastnn_options.py). An option in
+  `takes_value` keeps its next argument, whatever it looks like; nothing after `--` is touched.
+  """
+  out: list[str] = []
+  i = 0
+  while i < len(args):
+    token = args[i]
+    i += 1
+    if token == "--":
+      out += args[i - 1:]
+      break
+    name, eq, value = token.partition("=")
+    option = normalize_option(name)
+    if option in takes_value and not eq:
+      out += args[i - 1:i + 1]
+      i += 1
+      continue
+    rewrite = rewrites.get(option)
+    if rewrite is None:
+      out.append(token)
+      continue
+    if not eq and i < len(args) and args[i] in BOOL_WORDS:
+      value, eq = args[i], "="
+      i += 1
+    out += rewrite(token, value if eq else None)
+  return out
+
+
 def bool_values_as_flags(params: Sequence[Any], args: Sequence[str],
                          takes_value: frozenset[str] = frozenset()
                          ) -> tuple[list[str], list[str]]:
@@ -199,44 +236,26 @@ def bool_values_as_flags(params: Sequence[Any], args: Sequence[str],
   Raises:
     typer.BadParameter: `--flag=VALUE` with another value.
   """
-  flags = {o: p for p in params if getattr(p, "is_bool_flag", False) and p.expose_value
-           for o in p.opts if o.startswith("--")}
   negatives = {o for p in params for o in (*getattr(p, "opts", ()),
                                            *getattr(p, "secondary_opts", ()))}
-  out: list[str] = []
   off: dict[str, bool] = {}
-  i = 0
-  while i < len(args):
-    token = args[i]
-    i += 1
-    if token == "--":
-      out += args[i - 1:]
-      break
-    name, eq, value = token.partition("=")
-    option = normalize_option(name)
-    if option in takes_value and not eq:
-      out += args[i - 1:i + 1]
-      i += 1
-      continue
-    param = flags.get(option)
-    if param is None:
-      out.append(token)
-      continue
-    if not eq and i < len(args) and args[i] in TRUE_WORDS + FALSE_WORDS:
-      value, eq = args[i], "="
-      i += 1
-    if eq and value not in TRUE_WORDS + FALSE_WORDS:
+
+  def rewrite(param: Any, option: str, token: str, value: Optional[str]) -> list[str]:
+    del token
+    if value is not None and value not in BOOL_WORDS:
       raise typer.BadParameter(f"{value!r} is not a boolean; give {option}, or"
-                               f" {option}={'|'.join(TRUE_WORDS + FALSE_WORDS)}",
-                               param_hint=f"'{option}'")
-    on = not eq or value in TRUE_WORDS
+                               f" {option}={'|'.join(BOOL_WORDS)}", param_hint=f"'{option}'")
     negative = next(iter(param.secondary_opts), None) or (
         f"--no_{option[2:]}" if f"--no_{option[2:]}" in negatives else None)
     off.pop(param.name, None)
-    if on:
-      out.append(option)
-    elif negative:
-      out.append(negative)
-    else:
-      off[param.name] = True
-  return out, list(off)
+    if value is None or value in TRUE_WORDS:
+      return [option]
+    if negative:
+      return [negative]
+    off[param.name] = True
+    return []
+
+  rewrites = {o: functools.partial(rewrite, p, o) for p in params
+              if getattr(p, "is_bool_flag", False) and p.expose_value
+              for o in p.opts if o.startswith("--")}
+  return rewrite_flags(args, takes_value, rewrites), list(off)

@@ -7,7 +7,6 @@ and the smoothness of the curves. With --compare_with JOB (a search run under th
 also whether the differences between that job's architectures exceed this run-to-run noise.
 """
 
-import contextlib
 import json
 import sys
 from typing import Annotated, Optional
@@ -17,9 +16,8 @@ from rich.table import Table
 
 from nascli import console
 from nascli import storage
-from nascli.commands import ray_flags as r
 from nascli.commands import search_flags as f
-from nascli.commands.options import flag
+from nascli.commands.options import flag, given, takes
 from nascli.errors import NascliError
 
 NUM_RUNS = 5  # Vertex's variance job trains its model 5 times
@@ -33,9 +31,9 @@ CompareWith = Annotated[Optional[str], typer.Option(
     " this proxy: says whether its architectures differ by more than the noise measured here.")]
 
 
+@takes(f.SPACE, "nas_params_str", "seed", "max_nas_trial", "compare_with", f.JOB,
+       f.DOCKER_RECIPE, f.TRIALS_ON_RAY)
 def measure_proxy_task_variance(
-    prebuilt_search_space: f.Space = "mnasnet",
-    search_space_module: f.SpaceModule = None,
     nas_params_str: NasParams = None,
     seed: Annotated[int, typer.Option(
         *flag("seed"), help="The first run's seed (the k-th run's: seed + k - 1).")] = 0,
@@ -43,28 +41,7 @@ def measure_proxy_task_variance(
         *flag("max_nas_trial"), help="Runs of the architecture (Vertex: 5); more extend a"
         " finished job.")] = NUM_RUNS,
     compare_with: CompareWith = None,
-    max_parallel_nas_trial: f.MaxParallel = 1,
-    local_output_dir: f.OutputDir = None,
-    search_docker_flags: f.DockerFlags = None,
-    experiment: f.Experiment = None,
-    config_file: f.ConfigFiles = None,
-    params_override: f.Override = None,
-    training_data_path: f.TrainPath = None,
-    validation_data_path: f.ValidationPath = None,
-    dataset_dir: f.DatasetDir = None,
-    overwrite: f.Overwrite = False,
-    trial_isolation: f.TrialIsolation = "worker",
-    max_trials_per_worker: f.MaxTrialsPerWorker = 10,
-    trial_timeout: f.TrialTimeout = None,
-    ray_address: r.RayAddress = None,
-    num_cpus_per_trial: r.CpusPerTrial = 1.0,
-    num_gpus_per_trial: r.GpusPerTrial = 0.0,
-    max_trial_retries: r.MaxTrialRetries = 2,
-    runtime_env: r.RuntimeEnv = None,
-    container_image: r.ContainerImage = None,
-    ray_num_cpus: r.RayNumCpus = None,
-    ray_temp_dir: r.RayTempDir = None,
-    as_json: f.AsJson = False,
+    **shared,
 ) -> None:
   """Train one architecture with several seeds under a proxy task: the coefficient of variation
   of its score and the smoothness of its validation curves (Vertex's variance measurement).
@@ -81,20 +58,13 @@ def measure_proxy_task_variance(
   settings = main.VarianceSettings(nas_params=nas_params, compare_with=compare_with)
   # The search's shared flags: the runs are the trials; no reward to optimize, nothing
   # exported. "random" stands for the internal algorithm in the flag checks.
-  values = dict(locals(), **f.UNSEARCHED, search_algorithm="random",
+  values = dict(given(locals()), **f.UNSEARCHED, search_algorithm="random",
                 max_failed_nas_trial=max_nas_trial - 2)
   f.check(values)  # before Ray, pyglove and TensorFlow are imported
-  if not local_output_dir:  # its own default, never a search's
-    values["local_output_dir"] = main.default_job_dir(f.default_job_dir(values), nas_params)
-    print(f"job dir: {values['local_output_dir']} (the default for these settings;"
-          " --local_output_dir to choose)", file=sys.stderr, flush=True)
-  env = r.check(values) if ray_address else None
-  with f.interrupt_described(values):
-    args = f.from_flags(values, max_trial_retries=max_trial_retries)
-    executor = r.executor(values, env) if ray_address else None
-    with contextlib.redirect_stdout(sys.stderr) if ray_address else contextlib.nullcontext():
-      result = main.run(args, search_docker_flags, settings, executor)
-  _print(result, as_json)
+  f.own_job_dir(values, lambda: main.default_job_dir(f.default_job_dir(values), nas_params))
+  result = f.run_trials(values, lambda args, executor: main.run(
+      args, values["search_docker_flags"], settings, executor))
+  _print(result, values["as_json"])
 
 
 def _print(result: dict, as_json: bool) -> None:

@@ -1,35 +1,12 @@
-"""The Ray flags of the commands whose trials can run on a Ray cluster, and the executor they
-describe: declared once for `search` and the proxy-task commands."""
+"""The Ray executor that the Ray flags of `search`, `search_resume` and the proxy-task commands
+describe (the flags themselves are declared with the search's, in search_flags.py), and their
+check."""
 
 import json
 import os
-from typing import Annotated, Any, Optional
+from typing import Any
 
-import typer
-
-from nascli.commands.options import flag
 from nascli.errors import NascliError
-
-RayAddress = Annotated[Optional[str], typer.Option(
-    *flag("ray_address"), help="auto (the cluster this machine belongs to), HOST:PORT, or"
-    " local (a private Ray instance on this machine).")]
-CpusPerTrial = Annotated[float, typer.Option(
-    *flag("num_cpus_per_trial"), help="CPUs Ray reserves for each trial.")]
-GpusPerTrial = Annotated[float, typer.Option(
-    *flag("num_gpus_per_trial"), help="GPUs Ray reserves for each trial (it sets"
-    " CUDA_VISIBLE_DEVICES).")]
-MaxTrialRetries = Annotated[int, typer.Option(
-    *flag("max_trial_retries"), help="Retries of a trial whose worker or node died.")]
-RuntimeEnv = Annotated[Optional[str], typer.Option(
-    *flag("runtime_env"), help="Ray runtime_env for the trials: JSON, or a JSON file.")]
-ContainerImage = Annotated[Optional[str], typer.Option(
-    *flag("container_image"), help="Run trials in this image (e.g. the one `nascli build`"
-    " made); Ray's runtime_env image_uri.")]
-RayNumCpus = Annotated[Optional[int], typer.Option(
-    *flag("ray_num_cpus"), help="With --ray_address local: CPUs of the private instance.")]
-RayTempDir = Annotated[Optional[str], typer.Option(
-    *flag("ray_temp_dir"), help="With --ray_address local: its session/temp folder.")]
-
 
 def runtime_env(text: str | None, image: str | None) -> dict | None:
   """--runtime_env as JSON text or a JSON file; --container_image adds Ray's image_uri."""

@@ -1,8 +1,11 @@
-"""The flags `search_in_local` and `search` share (Vertex's spellings), and what they build.
+"""The flags of the search family (Vertex's spellings), each declared once, and what they build.
 
-Both commands run the same search (nascli/search/search_loop.py); only where trials run differs.
-`check` refuses what is wrong with these flags before the commands import TensorFlow, Model
-Garden or pyglove (15-40 s): a bad value costs well under 2 s.
+Each is declared with `options.shared` (help, default, spelling) and checked by a registered
+`_check`; `search_in_local` and `search` take them all (`SEARCH`), `search_resume`, the
+proxy-task commands and `build_latency_model` the groups they need (`SPACE`, `RECIPE`,
+`WORKERS`, ...). Both searches run the same search (nascli/search/search_loop.py); only where
+trials run differs. `check` refuses what is wrong with these flags before the commands import
+TensorFlow, Model Garden or pyglove (15-40 s): a bad value costs well under 2 s.
 """
 
 import contextlib
@@ -13,15 +16,15 @@ import json
 import math
 import os
 import sys
-from typing import Annotated, Any, Callable, Iterator, Optional
-
-import typer
+from typing import Any, Callable, Iterator, Optional
 
 from nascli import checks
 from nascli import interrupts
 from nascli import latency_calculator as latency_lib
 from nascli import storage
-from nascli.commands.options import flag
+from nascli.commands import options
+from nascli.commands import ray_flags
+from nascli.commands.options import shared
 from nascli.errors import NascliError
 from nascli.search import local_main
 from nascli.search import pareto as pareto_lib
@@ -47,68 +50,52 @@ SEARCH_ALGORITHMS: dict[str, tuple[tuple[str, ...], tuple[int, int | None]]] = {
 DEFAULT_ALGORITHM = "tpe"
 ALGORITHM_DEFAULTS = {"population_size": 20, "tournament_size": 5}  # controller.DEFAULT_*
 
-Space = Annotated[str, typer.Option(
-    *flag("prebuilt_search_space"), help="mnasnet (classification) or spinenet (detection).")]
-SpaceModule = Annotated[Optional[str], typer.Option(
-    *flag("search_space_module"), help="pkg.module.fn: your own space, a function returning a"
-    " pyglove space shaped as --prebuilt_search_space's, or registered with"
-    " register_search_space.")]
-Algorithm = Annotated[str, typer.Option(
-    *flag("search_algorithm"), help="tpe (Optuna's TPE), gp_bo (a Gaussian process,"
-    " expected improvement), regularized_evolution, reinforce (policy gradient), random; with"
-    " --objectives: nsga2, tpe or random.")]
-Seed = Annotated[int, typer.Option(*flag("seed"), help="Controller seed.")]
-MaxTrials = Annotated[int, typer.Option(
-    *flag("max_nas_trial"), help="Trials in total (resumes count what is done).")]
-MaxParallel = Annotated[int, typer.Option(
-    *flag("max_parallel_nas_trial"), help="Trials at once.")]
-MaxFailed = Annotated[Optional[int], typer.Option(
-    *flag("max_failed_nas_trial"), help="Stop once more trials than this fail (default:"
-    " --max_nas_trial).")]
-TargetLatency = Annotated[Optional[float], typer.Option(
-    *flag("target_device_latency_ms"), help="Latency target of the MnasNet reward (unset:"
-    " reward = accuracy).")]
-Constraint = Annotated[str, typer.Option(*flag("latency_constraint"), help="soft or hard.")]
-LatencyWeight = Annotated[float, typer.Option(
-    *flag("latency_weight"), help="w of accuracy * (target/latency)**w.")]
-OutputDir = Annotated[Optional[str], typer.Option(
-    *flag("local_output_dir"), help="The search job dir, a folder or gs://BUCKET/PREFIX"
-    " (default: nascli_output/search_<space>).")]
-DockerFlags = Annotated[Optional[list[str]], typer.Option(
-    *flag("search_docker_flags"), help="Vertex's trainer flags: params_override=...,"
-    " training_data_path=..., validation_data_path=..., model=retinanet, config_file=...")]
-PrebuiltTrainer = Annotated[bool, typer.Option(
-    *flag("use_prebuilt_trainer"), help="Accepted for Vertex compatibility: nascli always runs"
-    " its own TF-vision trainer.")]
-Experiment = Annotated[Optional[str], typer.Option(
-    *flag("experiment"), help="Registered experiment of the trials.")]
-ConfigFiles = Annotated[Optional[list[str]], typer.Option(
-    *flag("config_file"), help="Trial YAML(s) (default: the testing YAML of the space).")]
-Override = Annotated[Optional[str], typer.Option(
-    *flag("params_override"), help="Override applied to every trial.")]
-TrainPath = Annotated[Optional[str], typer.Option(
-    *flag("training_data_path"), help="TFRecord glob(s).")]
-ValidationPath = Annotated[Optional[str], typer.Option(
-    *flag("validation_data_path"), help="TFRecord glob(s).")]
-DatasetDir = Annotated[Optional[str], typer.Option(
-    *flag("dataset_dir"), help="A convert-data folder (default: the embedded data set).")]
-Population = Annotated[Optional[int], typer.Option(
-    *flag("population_size"), help="regularized_evolution population (default 20), nsga2's"
-    " (default 8).")]
-Tournament = Annotated[Optional[int], typer.Option(
-    *flag("tournament_size"), help="regularized_evolution tournament.")]
-Overwrite = Annotated[bool, typer.Option(
-    *flag("overwrite"), help="Start over in a job dir made with other settings.")]
-AsJson = Annotated[bool, typer.Option(*flag("json"), help="Print the trials as JSON.")]
-WarmStartFrom = Annotated[Optional[str], typer.Option(
-    *flag("warm_start_from"), help="A finished or stopped search job dir of the same search"
-    " space: its architectures and rewards seed this search's controller (not counted as"
-    " trials; other data, settings and trial counts allowed).")]
+Space = shared("prebuilt_search_space", str, "mnasnet", help="mnasnet (classification) or spinenet"
+    " (detection).")
+SpaceModule = shared("search_space_module", Optional[str], None, help="pkg.module.fn: your own"
+    " space, a function returning a pyglove space shaped as --prebuilt_search_space's, or"
+    " registered with register_search_space.")
+Algorithm = shared("search_algorithm", str, DEFAULT_ALGORITHM, help="tpe (Optuna's TPE), gp_bo (a"
+    " Gaussian process, expected improvement), regularized_evolution, reinforce (policy gradient),"
+    " random; with --objectives: nsga2, tpe or random.")
+Seed = shared("seed", int, 0, help="Controller seed.")
+MaxTrials = shared("max_nas_trial", int, 4, help="Trials in total (resumes count what is done).")
+MaxParallel = shared("max_parallel_nas_trial", int, 1, help="Trials at once.")
+MaxFailed = shared("max_failed_nas_trial", Optional[int], None, help="Stop once more trials than"
+    " this fail (default: --max_nas_trial).")
+TargetLatency = shared("target_device_latency_ms", Optional[float], None, help="Latency target of"
+    " the MnasNet reward (unset: reward = accuracy).")
+Constraint = shared("latency_constraint", str, "soft", help="soft or hard.")
+LatencyWeight = shared("latency_weight", float, 0.07, help="w of accuracy * (target/latency)**w.")
+OutputDir = shared("local_output_dir", Optional[str], None, help="The search job dir, a folder or"
+    " gs://BUCKET/PREFIX (default: nascli_output/search_<space>).")
+DockerFlags = shared("search_docker_flags", Optional[list[str]], None, help="Vertex's trainer"
+    " flags: params_override=..., training_data_path=..., validation_data_path=...,"
+    " model=retinanet, config_file=...")
+PrebuiltTrainer = shared("use_prebuilt_trainer", bool, True, help="Accepted for Vertex"
+    " compatibility: nascli always runs its own TF-vision trainer.")
+Experiment = shared("experiment", Optional[str], None, help="Registered experiment of the trials.")
+ConfigFiles = shared("config_file", Optional[list[str]], None, help="Trial YAML(s) (default: the"
+    " testing YAML of the space).")
+Override = shared("params_override", Optional[str], None, help="Override applied to every trial.")
+TrainPath = shared("training_data_path", Optional[str], None, help="TFRecord glob(s).")
+ValidationPath = shared("validation_data_path", Optional[str], None, help="TFRecord glob(s).")
+DatasetDir = shared("dataset_dir", Optional[str], None, help="A convert-data folder (default: the"
+    " embedded data set).")
+Population = shared("population_size", Optional[int], None, help="regularized_evolution population"
+    " (default 20), nsga2's (default 8).")
+Tournament = shared("tournament_size", Optional[int], None, help="regularized_evolution"
+    " tournament.")
+Overwrite = shared("overwrite", bool, False, help="Start over in a job dir made with other"
+    " settings.")
+AsJson = shared("as_json", bool, False, spelling="json", help="Print the trials as JSON.")
+WarmStartFrom = shared("warm_start_from", Optional[str], None, help="A finished or stopped search"
+    " job dir of the same search space: its architectures and rewards seed this search's"
+    " controller (not counted as trials; other data, settings and trial counts allowed).")
 TRIAL_ISOLATIONS = ("worker", "process")  # nascli.search.executors' registry, spelled out
-TrialIsolation = Annotated[str, typer.Option(
-    *flag("trial_isolation"), help="worker: warm worker processes run trial after trial"
-    " (TensorFlow loaded once; a worker whose trial failed is replaced); process: a fresh"
-    " process per trial.")]
+TrialIsolation = shared("trial_isolation", str, "worker", help="worker: warm worker processes run"
+    " trial after trial (TensorFlow loaded once; a worker whose trial failed is replaced);"
+    " process: a fresh process per trial.")
 
 
 def _seconds(text: str) -> float:
@@ -123,64 +110,98 @@ def _seconds(text: str) -> float:
   return value
 
 
-TrialTimeout = Annotated[Optional[float], typer.Option(
-    *flag("trial_timeout"), parser=_seconds, help="Seconds a trial attempt"
-    " may run once begun; past it the attempt is killed, its trial failed with the reason"
-    " timeout, and its worker replaced (default: no limit).")]
-MaxTrialsPerWorker = Annotated[int, typer.Option(
-    *flag("max_trials_per_worker"), help="Trials a warm worker runs before a fresh one takes"
-    " over (memory cannot creep).")]
-ExportTopK = Annotated[int, typer.Option(
-    *flag("export_top_k"), help="At the end, export a SavedModel (TRIAL/export) of the K best"
-    " trials; any other: `nascli export --model_dir JOB/TRIAL`.")]
-ExportEveryTrial = Annotated[bool, typer.Option(
-    *flag("export_every_trial"), help="Each trial exports its SavedModel as it ends.")]
-EarlyStopping = Annotated[str, typer.Option(
-    *flag("early_stopping"), help="Stop weak trials early: auto (asha_promotions when a"
-    " first rung trains at least 2 epochs or --min_steps is given, and --max_nas_trial is at"
-    " least --reduction_factor to the number of rungs; else none), none, median"
-    " (Ray Tune's MedianStoppingRule), asha (asynchronous successive halving, Ray Tune's stop"
-    " rule) or asha_promotions (the paper's promotion rule: trials pause at each rung, free"
-    " workers promote the top 1/eta). Trials train in rungs of --min_steps *"
-    " --reduction_factor**k steps, report, and are stopped or go on from their checkpoint.")]
-MinSteps = Annotated[Optional[int], typer.Option(
-    *flag("min_steps"), help="With --early_stopping: the steps a trial trains before its first"
-    " report (its first rung). Default: trainer.train_steps / reduction_factor**2, rounded"
-    " up (rungs at about 1/9, 1/3 and all of the budget).")]
-PausedTrialsPerWorker = Annotated[int, typer.Option(
-    *flag("paused_trials_per_worker"), help="With --early_stopping: trials paused at a rung"
-    " that a warm worker keeps in memory (model, optimizer, input), so that a promotion it"
-    " runs continues there without a rebuild; others resume from their checkpoint, to the same"
-    " result. 0: none (less memory).")]
-ReductionFactor = Annotated[Optional[int], typer.Option(
-    *flag("reduction_factor"), help="With --early_stopping: each rung this many times the last;"
-    " asha and asha_promotions keep the top 1/this of each rung (default 3).")]
-LatencyCalculator = Annotated[str, typer.Option(
-    *flag("latency_calculator"), help="Who measures a trial's latency: in_trial (the trial"
-    " times its serving function where it trained) or external (`nascli"
-    " run_latency_calculator_local` on the target device: each trial asks it and waits).")]
-LatencyTimeout = Annotated[float, typer.Option(
-    *flag("latency_timeout_s"), help="With --latency_calculator external: seconds a trial"
-    " waits for its latency, then fails naming the calculator.")]
-LatencyModelFile = Annotated[Optional[str], typer.Option(
-    *flag("latency_model"), help="A latency model file (build_latency_model) of the search's"
-    " space and latency input size: every proposal's latency is predicted before it trains"
-    " (no trial times itself); with --latency_constraint hard and a target, a proposal"
-    " predicted over it is not trained (state over_target, not counted in --max_nas_trial)."
-    " search_resume: the previous job's own model where it is now, if it moved (default: the"
-    " path the job recorded).")]
-LatencyInputSize = Annotated[Optional[int], typer.Option(
-    *flag("latency_input_size"), help="The side of the square input latency is timed (or"
-    " predicted) at: the size the model will serve, e.g. 224 for a phone classifier trained"
-    " here at 32. Default: the config's task.latency_input_size (a proxy task keeps the"
-    " recipe's size there), else its training input size.")]
-LatencyMargin = Annotated[float, typer.Option(
-    *flag("latency_margin"), help="With --latency_model and --latency_constraint hard: a"
-    " proposal is over the target when predicted above target * (1 + this fraction); e.g."
-    " 0.1 trains what is predicted up to 10% over, for the model's error.")]
-Objectives = Annotated[Optional[str], typer.Option(
-    *flag("objectives"), help="A Pareto front instead of the MnasNet reward: METRIC:max|min,..."
-    " of accuracy, latency_ms, flops, params, seconds (e.g. accuracy:max,latency_ms:min).")]
+TrialTimeout = shared("trial_timeout", Optional[float], None, parser=_seconds, help="Seconds a"
+    " trial attempt may run once begun; past it the attempt is killed, its trial failed with the"
+    " reason timeout, and its worker replaced (default: no limit).")
+MaxTrialsPerWorker = shared("max_trials_per_worker", int, 10, help="Trials a warm worker runs"
+    " before a fresh one takes over (memory cannot creep).")
+ExportTopK = shared("export_top_k", int, 3, help="At the end, export a SavedModel (TRIAL/export)"
+    " of the K best trials; any other: `nascli export --model_dir JOB/TRIAL`.")
+ExportEveryTrial = shared("export_every_trial", bool, False, help="Each trial exports its"
+    " SavedModel as it ends.")
+EarlyStopping = shared("early_stopping", str, "auto", help="Stop weak trials early: auto"
+    " (asha_promotions when a first rung trains at least 2 epochs or --min_steps is given, and"
+    " --max_nas_trial is at least --reduction_factor to the number of rungs; else none), none,"
+    " median (Ray Tune's MedianStoppingRule), asha (asynchronous successive halving, Ray Tune's"
+    " stop rule) or asha_promotions (the paper's promotion rule: trials pause at each rung, free"
+    " workers promote the top 1/eta). Trials train in rungs of --min_steps * --reduction_factor**k"
+    " steps, report, and are stopped or go on from their checkpoint.")
+MinSteps = shared("min_steps", Optional[int], None, help="With --early_stopping: the steps a trial"
+    " trains before its first report (its first rung). Default: trainer.train_steps /"
+    " reduction_factor**2, rounded up (rungs at about 1/9, 1/3 and all of the budget).")
+PausedTrialsPerWorker = shared("paused_trials_per_worker", int, 1, help="With --early_stopping:"
+    " trials paused at a rung that a warm worker keeps in memory (model, optimizer, input), so"
+    " that a promotion it runs continues there without a rebuild; others resume from their"
+    " checkpoint, to the same result. 0: none (less memory).")
+ReductionFactor = shared("reduction_factor", Optional[int], None, help="With --early_stopping:"
+    " each rung this many times the last; asha and asha_promotions keep the top 1/this of each"
+    " rung (default 3).")
+LatencyCalculator = shared("latency_calculator", str, latency_lib.IN_TRIAL, help="Who measures a"
+    " trial's latency: in_trial (the trial times its serving function where it trained) or"
+    " external (`nascli run_latency_calculator_local` on the target device: each trial asks it and"
+    " waits).")
+LatencyTimeout = shared("latency_timeout_s", float, latency_lib.DEFAULT_TIMEOUT_S, help="With"
+    " --latency_calculator external: seconds a trial waits for its latency, then fails naming the"
+    " calculator.")
+LatencyModelFile = shared("latency_model", Optional[str], None, help="A latency model file"
+    " (build_latency_model) of the search's space and latency input size: every proposal's latency"
+    " is predicted before it trains (no trial times itself); with --latency_constraint hard and a"
+    " target, a proposal predicted over it is not trained (state over_target, not counted in"
+    " --max_nas_trial). search_resume: the previous job's own model where it is now, if it moved"
+    " (default: the path the job recorded).")
+LatencyInputSize = shared("latency_input_size", Optional[int], None, help="The side of the square"
+    " input latency is timed (or predicted) at: the size the model will serve, e.g. 224 for a"
+    " phone classifier trained here at 32. Default: the config's task.latency_input_size (a proxy"
+    " task keeps the recipe's size there), else its training input size.")
+LatencyMargin = shared("latency_margin", float, 0.0, help="With --latency_model and"
+    " --latency_constraint hard: a proposal is over the target when predicted above target * (1 +"
+    " this fraction); e.g. 0.1 trains what is predicted up to 10% over, for the model's error.")
+Objectives = shared("objectives", Optional[str], None, help="A Pareto front instead of the MnasNet"
+    " reward: METRIC:max|min,... of accuracy, latency_ms, flops, params, seconds (e.g."
+    " accuracy:max,latency_ms:min).")
+
+# The Ray flags of the commands whose trials can run on a Ray cluster (ray_flags.py builds
+# their executor).
+RayAddress = shared("ray_address", Optional[str], None, help="auto (the cluster this machine"
+    " belongs to), HOST:PORT, or local (a private Ray instance on this machine).")
+CpusPerTrial = shared("num_cpus_per_trial", float, 1.0, help="CPUs Ray reserves for each trial.")
+GpusPerTrial = shared("num_gpus_per_trial", float, 0.0, help="GPUs Ray reserves for each trial (it"
+    " sets CUDA_VISIBLE_DEVICES).")
+MaxTrialRetries = shared("max_trial_retries", int, 2, help="Retries of a trial whose worker or"
+    " node died.")
+RuntimeEnv = shared("runtime_env", Optional[str], None, help="Ray runtime_env for the trials:"
+    " JSON, or a JSON file.")
+ContainerImage = shared("container_image", Optional[str], None, help="Run trials in this image"
+    " (e.g. the one `nascli build` made); Ray's runtime_env image_uri.")
+RayNumCpus = shared("ray_num_cpus", Optional[int], None, help="With --ray_address local: CPUs of"
+    " the private instance.")
+RayTempDir = shared("ray_temp_dir", Optional[str], None, help="With --ray_address local: its"
+    " session/temp folder.")
+# The Ray flags of a command whose trials run on Ray, in the order help lists them, and the
+# groups of them a command takes alone (options.takes).
+RESOURCES = ("num_cpus_per_trial", "num_gpus_per_trial")
+IMAGE = ("runtime_env", "container_image")
+LOCAL = ("ray_num_cpus", "ray_temp_dir")
+RAY = ("ray_address", *RESOURCES, "max_trial_retries", *IMAGE, *LOCAL)
+
+# Groups of the flags above, in the order help lists them: what a command takes (options.takes).
+SPACE = ("prebuilt_search_space", "search_space_module")
+RECIPE = ("experiment", "config_file", "params_override", "training_data_path",
+          "validation_data_path", "dataset_dir")
+WORKERS = ("trial_isolation", "max_trials_per_worker", "trial_timeout")
+REWARD = ("target_device_latency_ms", "latency_constraint", "latency_weight",
+          "latency_calculator", "latency_timeout_s", "latency_model", "latency_margin",
+          "latency_input_size")
+SEARCH = (*SPACE, "search_algorithm", "seed", "max_nas_trial", "max_parallel_nas_trial",
+          "max_failed_nas_trial", *REWARD, "local_output_dir", "search_docker_flags",
+          "use_prebuilt_trainer", *RECIPE, "population_size", "tournament_size", "overwrite",
+          *WORKERS, "export_top_k", "export_every_trial", "objectives", "early_stopping",
+          "min_steps", "reduction_factor", "paused_trials_per_worker", "warm_start_from",
+          "as_json")
+# What the proxy-task commands take of the search's flags beside their own.
+JOB = ("max_parallel_nas_trial", "local_output_dir")
+DOCKER_RECIPE = ("search_docker_flags", *RECIPE)
+TRIALS_ON_RAY = ("overwrite", *WORKERS, *RAY, "as_json")
 
 
 def search_args(prebuilt_search_space, search_space_module, search_algorithm, seed,
@@ -255,19 +276,16 @@ def from_flags(values: dict, **extra):
 
 
 # The flags that change what a search's trials compute or which architectures it proposes, at
-# their defaults (the same in both commands; tests/test_search_flags.py asserts they agree). A
+# their declared defaults (tests/test_search_flags.py asserts both searches keep them). A
 # search that leaves them so has the job dir nascli_output/search_<space>; one that sets any of
 # them another (default_job_dir), so that searches of other settings never share a default one.
-DEFINING_DEFAULTS: dict[str, Any] = {
-    "search_space_module": None, "search_algorithm": DEFAULT_ALGORITHM, "seed": 0,
-    "target_device_latency_ms": None, "latency_constraint": "soft", "latency_weight": 0.07,
-    "search_docker_flags": None, "experiment": None, "config_file": None,
-    "params_override": None, "training_data_path": None, "validation_data_path": None,
-    "dataset_dir": None, "population_size": None, "tournament_size": None, "objectives": None,
-    "early_stopping": "auto", "min_steps": None, "reduction_factor": None,
-    "warm_start_from": None, "latency_calculator": latency_lib.IN_TRIAL,
-    "latency_model": None, "latency_margin": 0.0, "latency_input_size": None,
-}
+DEFINING_DEFAULTS: dict[str, Any] = {name: options.SHARED[name].default for name in (
+    "search_space_module", "search_algorithm", "seed", "target_device_latency_ms",
+    "latency_constraint", "latency_weight", "search_docker_flags", "experiment", "config_file",
+    "params_override", "training_data_path", "validation_data_path", "dataset_dir",
+    "population_size", "tournament_size", "objectives", "early_stopping", "min_steps",
+    "reduction_factor", "warm_start_from", "latency_calculator", "latency_model",
+    "latency_margin", "latency_input_size")}
 
 
 def _defining_value(name: str, value: Any) -> Any:
@@ -297,6 +315,37 @@ def default_job_dir(values: dict[str, Any]) -> str:
     text = json.dumps(differing, sort_keys=True, default=str)
     suffix = hashlib.sha256(text.encode("utf-8")).hexdigest()[:8]
   return local_main.default_job_dir(name, suffix)
+
+
+def own_job_dir(values: dict[str, Any], default: Callable[[], str],
+                why: str = "the default for these settings") -> None:
+  """Without --local_output_dir, a job of its own kind (never a search's default) in `default()`,
+  said on stderr."""
+  if not values["local_output_dir"]:
+    values["local_output_dir"] = default()
+    print(f"job dir: {values['local_output_dir']} ({why}; --local_output_dir to choose)",
+          file=sys.stderr, flush=True)
+
+
+def run_trials(values: dict[str, Any], run: Callable[[Any, Any], Any]) -> Any:
+  """`run(search_args, executor)` as the flags say: the Ray flags checked, on Ray with
+  --ray_address (the driver's prints to stderr: logs, not results), else here; an interrupt
+  before the first trial named."""
+  env = ray_flags.check(values) if values["ray_address"] else None
+  with interrupt_described(values):
+    args = from_flags(values, max_trial_retries=values["max_trial_retries"])
+    executor = ray_flags.executor(values, env) if values["ray_address"] else None
+    with contextlib.redirect_stdout(sys.stderr) if executor else contextlib.nullcontext():
+      return run(args, executor)
+
+
+def previous_job(values: dict[str, Any], name: str, previous: str | None) -> None:
+  """Vertex's --previous_..._dir names the job to resume, as --local_output_dir does: either,
+  or both alike."""
+  if previous:
+    if values["local_output_dir"] and values["local_output_dir"] != previous:
+      raise NascliError(f"--{name} and --local_output_dir name different jobs; give one")
+    values["local_output_dir"] = previous
 
 
 def print_rows(rows: list[dict], as_json: bool) -> None:

@@ -21,7 +21,7 @@ from nascli import console
 from nascli import storage
 from nascli.commands import ray_flags as r
 from nascli.commands import search_flags as f
-from nascli.commands.options import flag
+from nascli.commands.options import flag, given, takes
 from nascli.errors import NascliError
 
 # nascli.proxy's defaults (Vertex's), spelled out so that the CLI loads no numpy;
@@ -62,6 +62,7 @@ PreviousDir = Annotated[Optional[str], typer.Option(
     " (Vertex's flag; the same as --local_output_dir).")]
 
 
+@takes(f.JOB, "previous_proxy_task_search_dir", f.TRIALS_ON_RAY)
 def search_proxy_task(
     proxy_task_model_selection_dir: SelectionDir,
     proxy_train_steps: TrainSteps = DEFAULT_TRAIN_STEPS,
@@ -76,22 +77,8 @@ def search_proxy_task(
         *flag("seed"), help="The candidates' trainings' seed (default: each reference model's"
         " seed + 1; never a reference model's own, so that proxy and reference do not share"
         " their noise); it also seeds the bootstrap interval of tau.")] = None,
-    max_parallel_nas_trial: f.MaxParallel = 1,
-    local_output_dir: f.OutputDir = None,
     previous_proxy_task_search_dir: PreviousDir = None,
-    overwrite: f.Overwrite = False,
-    trial_isolation: f.TrialIsolation = "worker",
-    max_trials_per_worker: f.MaxTrialsPerWorker = 10,
-    trial_timeout: f.TrialTimeout = None,
-    ray_address: r.RayAddress = None,
-    num_cpus_per_trial: r.CpusPerTrial = 1.0,
-    num_gpus_per_trial: r.GpusPerTrial = 0.0,
-    max_trial_retries: r.MaxTrialRetries = 2,
-    runtime_env: r.RuntimeEnv = None,
-    container_image: r.ContainerImage = None,
-    ray_num_cpus: r.RayNumCpus = None,
-    ray_temp_dir: r.RayTempDir = None,
-    as_json: f.AsJson = False,
+    **shared,
 ) -> None:
   """Find the cheapest proxy task (train steps, image size, data fraction) whose scores rank
   the selected reference models as their reference training does; writes it as a YAML for
@@ -100,11 +87,7 @@ def search_proxy_task(
   from nascli.proxy import jobs
   from nascli.proxy import proxy_search
   from nascli.proxy import proxy_search_main as main
-  if previous_proxy_task_search_dir:
-    if local_output_dir and local_output_dir != previous_proxy_task_search_dir:
-      raise NascliError("--previous_proxy_task_search_dir and --local_output_dir name"
-                        " different jobs; give one")
-    local_output_dir = previous_proxy_task_search_dir
+  f.previous_job(shared, "previous_proxy_task_search_dir", previous_proxy_task_search_dir)
   proxy_search.parse_train_steps(proxy_train_steps)  # the syntax, before anything runs
   proxy_search.parse_image_sizes(proxy_image_sizes)
   proxy_search.parse_data_fractions(proxy_train_data_fractions)
@@ -119,7 +102,7 @@ def search_proxy_task(
                       " does not exist")
   space = jobs.job_settings(proxy_task_model_selection_dir, "--proxy_task_model_selection_dir")
   # The engine's shared flags; the recipe, the space and the models come from the selection.
-  values = dict(locals(), prebuilt_search_space=space.get("search_space", "mnasnet"),
+  values = dict(given(locals()), prebuilt_search_space=space.get("search_space", "mnasnet"),
                 seed=0 if seed is None else seed,  # the engine's; the proxies': proxy_seeds
                 search_space_module=space.get("search_space_module"),
                 **f.UNSEARCHED, search_algorithm="random", max_nas_trial=1,
@@ -127,11 +110,9 @@ def search_proxy_task(
                 experiment=None, config_file=None, params_override=None,
                 training_data_path=None, validation_data_path=None, dataset_dir=None)
   f.check(values)  # before Ray, pyglove and TensorFlow are imported
-  if not local_output_dir:
-    values["local_output_dir"] = main.default_job_dir(proxy_task_model_selection_dir)
-    print(f"job dir: {values['local_output_dir']} (the default beside the model selection;"
-          " --local_output_dir to choose)", file=sys.stderr, flush=True)
-  env = r.check(values) if ray_address else None
+  f.own_job_dir(values, lambda: main.default_job_dir(proxy_task_model_selection_dir),
+                "the default beside the model selection")
+  env = r.check(values) if values["ray_address"] else None
   settings = main.ProxySearchSettings(
       model_selection_dir=proxy_task_model_selection_dir, train_steps=proxy_train_steps,
       image_sizes=proxy_image_sizes, train_data_fractions=proxy_train_data_fractions,
@@ -143,12 +124,12 @@ def search_proxy_task(
           early_stop_proxy_task_if_not_best=early_stop_proxy_task_if_not_best),
       seed=seed)
   with f.interrupt_described(values):
-    args = f.from_flags(values, max_trial_retries=max_trial_retries)
-    make_executor = (lambda: r.executor(values, env)) if ray_address else None
+    args = f.from_flags(values, max_trial_retries=values["max_trial_retries"])
+    make_executor = (lambda: r.executor(values, env)) if values["ray_address"] else None
     with contextlib.redirect_stdout(sys.stderr):  # each candidate's trial table: progress
       result = main.run(args, settings, make_executor,
                         progress=lambda line: print(line, file=sys.stderr, flush=True))
-  _print(result, as_json)
+  _print(result, values["as_json"])
 
 
 def _tau(correlation) -> str:

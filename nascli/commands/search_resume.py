@@ -9,7 +9,7 @@ import typer
 from nascli import interrupts
 from nascli.commands import ray_flags as r
 from nascli.commands import search_flags as f
-from nascli.commands.options import flag
+from nascli.commands.options import flag, given, takes
 from nascli.errors import NascliError
 
 PreviousJobDir = Annotated[str, typer.Option(
@@ -48,31 +48,20 @@ _MUTABLE_FLAGS = ("max_nas_trial", "max_parallel_nas_trial", "max_failed_nas_tri
                   "export_top_k", "trial_timeout", "paused_trials_per_worker")
 
 
-def search_resume(
-    previous_job_dir: PreviousJobDir,
-    max_nas_trial: NewTotal,
-    local_output_dir: NewJobDir = None,
-    max_parallel_nas_trial: MaxParallel = None,
-    max_failed_nas_trial: f.MaxFailed = None,
-    trial_isolation: TrialIsolation = None,
-    max_trials_per_worker: MaxTrialsPerWorker = None,
-    trial_timeout: f.TrialTimeout = None,
-    export_top_k: ExportTopK = None,
-    paused_trials_per_worker: PausedTrialsPerWorker = None,
-    max_trial_retries: MaxTrialRetries = None,
-    latency_model: f.LatencyModelFile = None,
-    ray_address: RayAddress = None,
-    num_cpus_per_trial: r.CpusPerTrial = 1.0,
-    num_gpus_per_trial: r.GpusPerTrial = 0.0,
-    runtime_env: r.RuntimeEnv = None,
-    container_image: r.ContainerImage = None,
-    ray_num_cpus: r.RayNumCpus = None,
-    ray_temp_dir: r.RayTempDir = None,
-    as_json: f.AsJson = False,
-) -> None:
+@takes("max_failed_nas_trial", "trial_isolation", "max_trials_per_worker", "trial_timeout",
+       "export_top_k", "paused_trials_per_worker", "max_trial_retries", "latency_model",
+       "ray_address", f.RESOURCES, f.IMAGE, f.LOCAL, "as_json")
+def search_resume(previous_job_dir: PreviousJobDir, max_nas_trial: NewTotal,
+                  local_output_dir: NewJobDir = None, max_parallel_nas_trial: MaxParallel = None,
+                  trial_isolation: TrialIsolation = None,
+                  max_trials_per_worker: MaxTrialsPerWorker = None,
+                  export_top_k: ExportTopK = None,
+                  paused_trials_per_worker: PausedTrialsPerWorker = None,
+                  max_trial_retries: MaxTrialRetries = None, ray_address: RayAddress = None,
+                  **shared) -> None:
   """Continue a search in a new job with more trials: the previous job's trials copied and
   kept, its controller rebuilt from its journal, its settings unchanged."""
-  values = locals()
+  values = given(locals())
   f.check_counts(values)
   if trial_isolation is not None and trial_isolation not in f.TRIAL_ISOLATIONS:
     raise NascliError(f"unknown --trial_isolation {trial_isolation!r}; known:"
@@ -84,7 +73,7 @@ def search_resume(
   from nascli.search import resume
   job_dir = local_output_dir or resume.default_job_dir(previous_job_dir)
   try:
-    model = resume.latency_model_for(previous_job_dir, latency_model)  # before the copy
+    model = resume.latency_model_for(previous_job_dir, values["latency_model"])  # before the copy
     settings = resume.prepare(previous_job_dir, job_dir, max_nas_trial)  # copies, once
     args = resume.search_args(settings, job_dir, latency_model=model,
                               **{k: values[k] for k in _MUTABLE_FLAGS})
@@ -106,4 +95,4 @@ def search_resume(
     raise interrupts.Interrupted.of(
         e, f"search_resume {job_dir} before a trial started",
         "run the same command again to continue") from None
-  f.print_rows(rows, as_json)
+  f.print_rows(rows, values["as_json"])

@@ -7,7 +7,6 @@ to the best, removing --num_models_to_remove_per_iter (5) per cut. A rank correl
 a proxy task and the reference means something only on such a spread set.
 """
 
-import contextlib
 import json
 import sys
 from typing import Annotated, Optional
@@ -16,9 +15,8 @@ import typer
 from rich.table import Table
 
 from nascli import console
-from nascli.commands import ray_flags as r
 from nascli.commands import search_flags as f
-from nascli.commands.options import flag
+from nascli.commands.options import flag, given, takes
 from nascli.errors import NascliError
 
 # nascli.proxy.selection's defaults (Vertex's constants), spelled out so that the CLI loads no
@@ -40,10 +38,10 @@ PreviousDir = Annotated[Optional[str], typer.Option(
     " flag; the same as running the same command again with its --local_output_dir).")]
 
 
+@takes(f.SPACE, "seed", "max_nas_trial", "final_num_models", "num_models_to_remove_per_iter",
+       "accuracy_metric_id", "latency_metric_id", f.JOB, "previous_model_selection_dir",
+       f.DOCKER_RECIPE, f.TRIALS_ON_RAY)
 def select_proxy_task_models(
-    prebuilt_search_space: f.Space = "mnasnet",
-    search_space_module: f.SpaceModule = None,
-    seed: f.Seed = 0,
     max_nas_trial: Annotated[int, typer.Option(
         *flag("max_nas_trial"), help="Random architectures trained with the reference recipe"
         " (Vertex: 30).")] = START_NUM_MODELS,
@@ -51,29 +49,8 @@ def select_proxy_task_models(
     num_models_to_remove_per_iter: RemovePerIter = NUM_MODELS_TO_REMOVE_PER_ITER,
     accuracy_metric_id: AccuracyMetric = None,
     latency_metric_id: LatencyMetric = "latency_ms",
-    max_parallel_nas_trial: f.MaxParallel = 1,
-    local_output_dir: f.OutputDir = None,
     previous_model_selection_dir: PreviousDir = None,
-    search_docker_flags: f.DockerFlags = None,
-    experiment: f.Experiment = None,
-    config_file: f.ConfigFiles = None,
-    params_override: f.Override = None,
-    training_data_path: f.TrainPath = None,
-    validation_data_path: f.ValidationPath = None,
-    dataset_dir: f.DatasetDir = None,
-    overwrite: f.Overwrite = False,
-    trial_isolation: f.TrialIsolation = "worker",
-    max_trials_per_worker: f.MaxTrialsPerWorker = 10,
-    trial_timeout: f.TrialTimeout = None,
-    ray_address: r.RayAddress = None,
-    num_cpus_per_trial: r.CpusPerTrial = 1.0,
-    num_gpus_per_trial: r.GpusPerTrial = 0.0,
-    max_trial_retries: r.MaxTrialRetries = 2,
-    runtime_env: r.RuntimeEnv = None,
-    container_image: r.ContainerImage = None,
-    ray_num_cpus: r.RayNumCpus = None,
-    ray_temp_dir: r.RayTempDir = None,
-    as_json: f.AsJson = False,
+    **shared,
 ) -> None:
   """Train random architectures with the reference recipe and keep a set whose scores spread
   evenly: the models search_proxy_task correlates proxies against. Journaled and resumable as
@@ -81,11 +58,7 @@ def select_proxy_task_models(
   # pylint: disable=g-import-not-at-top
   from nascli.proxy import model_selection_main as main
   from nascli.proxy import selection
-  if previous_model_selection_dir:
-    if local_output_dir and local_output_dir != previous_model_selection_dir:
-      raise NascliError("--previous_model_selection_dir and --local_output_dir name different"
-                        " jobs; give one")
-    local_output_dir = previous_model_selection_dir
+  f.previous_job(shared, "previous_model_selection_dir", previous_model_selection_dir)
   if latency_metric_id not in main.LATENCY_METRICS:
     raise f.unknown("latency_metric_id", latency_metric_id, main.LATENCY_METRICS)
   rules = selection.SelectionRules(start_num_models=max_nas_trial,
@@ -94,21 +67,15 @@ def select_proxy_task_models(
   settings = main.SelectionSettings(rules, accuracy_metric_id, latency_metric_id)
   # The search's shared flags: proposals at random, no reward to optimize, nothing exported; it
   # stops where the selection would refuse its failures.
-  values = dict(locals(), **f.UNSEARCHED, search_algorithm=main.SEARCH_ALGORITHM,
+  values = dict(given(locals()), **f.UNSEARCHED, search_algorithm=main.SEARCH_ALGORITHM,
                 max_failed_nas_trial=rules.allowed_failures)
   f.check(values)  # before Ray, pyglove and TensorFlow are imported
-  _check_accuracy_metric(accuracy_metric_id, prebuilt_search_space, search_space_module)
-  if not local_output_dir:  # its own default, never a search's
-    values["local_output_dir"] = main.default_job_dir(f.default_job_dir(values))
-    print(f"job dir: {values['local_output_dir']} (the default for these settings;"
-          " --local_output_dir to choose)", file=sys.stderr, flush=True)
-  env = r.check(values) if ray_address else None
-  with f.interrupt_described(values):
-    args = f.from_flags(values, max_trial_retries=max_trial_retries)
-    executor = r.executor(values, env) if ray_address else None
-    with contextlib.redirect_stdout(sys.stderr) if ray_address else contextlib.nullcontext():
-      result = main.run(args, search_docker_flags, settings, executor)
-  _print(result, as_json)
+  _check_accuracy_metric(accuracy_metric_id, values["prebuilt_search_space"],
+                         values["search_space_module"])
+  f.own_job_dir(values, lambda: main.default_job_dir(f.default_job_dir(values)))
+  result = f.run_trials(values, lambda args, executor: main.run(
+      args, values["search_docker_flags"], settings, executor))
+  _print(result, values["as_json"])
 
 
 def _check_accuracy_metric(metric_id: str | None, space: str, module: str | None) -> None:
