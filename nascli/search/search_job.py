@@ -27,7 +27,10 @@ def _named(job_dir: str, what: str | None) -> str:
 
 def check_exists(job_dir: str, what: str | None = None, hint: str | None = None) -> None:
   """Refuses a `job_dir` that does not exist (a gs:// prefix: no object under it); `what` names
-  the flag, if any, and `hint` what to do about it."""
+  the flag, if any, and `hint` what to do about it; a URL of another scheme, in the words of
+  journal.scheme."""
+  from nascli.search import journal as journal_lib  # pylint: disable=g-import-not-at-top
+  journal_lib.scheme(job_dir)
   if not storage.exists(job_dir):
     raise NascliError(f"{_named(job_dir, what)} does not exist" + (f"; {hint}" if hint else ""))
 
