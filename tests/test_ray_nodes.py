@@ -17,6 +17,8 @@ class FakeRay:
 
   def nodes(self):
     self.asked += 1
+    if self.alive is None:
+      raise ConnectionError("the GCS is gone")
     return [{"Alive": True, "Resources": r} for r in self.alive] + [
         {"Alive": False, "Resources": {"CPU": 64.0}}]  # a dead node counts for nothing
 
@@ -32,7 +34,7 @@ def test_the_watch_raises_once_no_node_fits_for_the_bound_and_forgives_a_node_th
   watch.waiting()  # not yet: 0.2 s of 0.3
   ray.alive = [{"CPU": 1.0}, {"CPU": 4.0}]  # a node that fits comes back: the count restarts
   watch.waiting()
-  ray.alive = [{"CPU": 1.0}]
+  ray.alive = None  # the head lost too: Ray cannot say, which is no node either
   watch.waiting()
   time.sleep(0.2)
   watch.waiting()

@@ -20,7 +20,12 @@ _CHECK_EVERY_S = 1.0  # how often a waiting search asks Ray for its nodes
 
 
 def _alive(ray: Any) -> list[dict[str, float]]:
-  return [n.get("Resources", {}) for n in ray.nodes() if n.get("Alive")]
+  """The resources of each node alive; none when Ray cannot say (its head is gone too)."""
+  try:
+    nodes = ray.nodes()
+  except Exception:  # pylint: disable=broad-except
+    return []
+  return [n.get("Resources", {}) for n in nodes if n.get("Alive")]
 
 
 def _fits(nodes: list[dict[str, float]], resources: dict[str, float]) -> bool:
