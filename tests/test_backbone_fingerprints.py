@@ -10,8 +10,9 @@ Garden's factory the way a trial builds it, must keep:
   - its checkpoint keys (the object-graph paths a `tf.train.Checkpoint` saves, with shapes);
   - its `get_config()` (what `to_json` and `from_config` carry);
   - its endpoints on a fixed input (shape, mean and standard deviation).
-`EXPECTED` was printed by this module's `__main__` at commit 9d1929b, before the refactor; run
-`python tests/test_backbone_fingerprints.py` to print the current values.
+tests/data/backbone_fingerprints.json holds them as this module's `__main__` wrote them at commit
+9d1929b, before the refactor (`python tests/test_backbone_fingerprints.py` prints the current
+ones in that form).
 """
 
 import hashlib
@@ -31,6 +32,8 @@ from official.vision.modeling.backbones import spinenet
 from tf_vision.configs import backbones as backbones_cfg
 import tf_vision.modeling.backbones  # noqa: F401  (registers the builders)
 
+EXPECTED = os.path.join(os.path.dirname(os.path.abspath(__file__)), 'data',
+                        'backbone_fingerprints.json')
 SEED = 0
 SIZE = 64
 
@@ -123,68 +126,11 @@ def fingerprint(case: str) -> dict:
   }
 
 
-EXPECTED = {
-    'mnasnet_a1': {
-        'class': 'MnasNet', 'num_variables': 277,
-        'layers': '879dceb8034bd227', 'variables': '9962f226277529ed',
-        'checkpoint': '5a39038cf3055d30', 'config': '09ef3146d3c1f96d',
-        'outputs': {
-            '2': ([2, 16, 16, 24], 0.0003632784, 0.0004534294),
-            '3': ([2, 8, 8, 40], 4.637611e-06, 5.806303e-06),
-            '4': ([2, 4, 4, 112], 3.071034e-10, 3.904458e-10),
-            '5': ([2, 2, 2, 320], 5.951169e-15, 7.499836e-15),
-            '6': ([2, 2, 2, 1280], 2.981313e-15, 3.744072e-15),
-        }},
-    'mnasnet_half_sd': {
-        'class': 'MnasNet', 'num_variables': 277,
-        'layers': '879dceb8034bd227', 'variables': 'b444c4f72baec870',
-        'checkpoint': 'b64bd796bdf2a719', 'config': '373eca5b4e45be3d',
-        'outputs': {
-            '2': ([2, 16, 16, 16], 0.0007646531, 0.0009465774),
-            '3': ([2, 8, 8, 24], 1.234658e-05, 1.553712e-05),
-            '4': ([2, 4, 4, 56], 1.846233e-09, 2.383167e-09),
-            '5': ([2, 2, 2, 160], 7.45802e-14, 9.235933e-14),
-            '6': ([2, 2, 2, 1280], 3.631147e-14, 4.597198e-14),
-        }},
-    'tunable_mnasnet_features_only': {
-        'class': 'TunableMnasNet', 'num_variables': 272,
-        'layers': '9ba3e20239659e16', 'variables': '51b9522a06468237',
-        'checkpoint': '0e2bdbb24188f529', 'config': 'aa9d59cf4ebc978d',
-        'outputs': {
-            '2': ([2, 16, 16, 24], 0.0003632784, 0.0004534294),
-            '3': ([2, 8, 8, 40], 4.637611e-06, 5.806303e-06),
-            '4': ([2, 4, 4, 112], 3.071034e-10, 3.904458e-10),
-            '5': ([2, 2, 2, 320], 5.951169e-15, 7.499836e-15),
-        }},
-    'tunable_mnasnet_searched': {
-        'class': 'TunableMnasNet', 'num_variables': 195,
-        'layers': '10410ac7afdb1f5b', 'variables': 'b62c1b3327186d54',
-        'checkpoint': 'ace46053659b248c', 'config': '4ab9855182e61837',
-        'outputs': {
-            '2': ([2, 16, 16, 16], 0.001796045, 0.002208934),
-            '3': ([2, 8, 8, 24], 4.195319e-05, 5.293375e-05),
-            '4': ([2, 4, 4, 48], 6.545968e-09, 8.362046e-09),
-            '5': ([2, 2, 2, 120], 1.057456e-10, 1.342743e-10),
-            '6': ([2, 2, 2, 256], 5.208107e-11, 6.493047e-11),
-        }},
-    'tunable_spinenet_searched': {
-        'class': 'TunableSpineNet', 'num_variables': 640,
-        'layers': '441454d2bb863902', 'variables': '0dcb52a4b4c73260',
-        'checkpoint': 'dca875859ca377b9', 'config': '96a700c6bfcb0eb4',
-        'outputs': {
-            '3': ([2, 8, 8, 32], 0.0001982665, 0.0002545799),
-            '4': ([2, 4, 4, 32], 8.120039e-05, 0.0001071463),
-            '5': ([2, 2, 2, 32], 3.322985e-05, 3.99274e-05),
-            '6': ([2, 1, 1, 32], 8.142675e-06, 1.022573e-05),
-            '7': ([2, 1, 1, 32], 3.140879e-05, 3.819724e-05),
-        }},
-}
-
-
 @pytest.mark.parametrize('case', sorted(CASES))
 def test_backbone_builds_the_same_network_as_before(case):
   got = fingerprint(case)
-  want = EXPECTED[case]
+  with open(EXPECTED, encoding='utf-8') as f:
+    want = json.load(f)[case]
   assert {k: v for k, v in got.items() if k != 'outputs'} == {
       k: v for k, v in want.items() if k != 'outputs'}
   assert sorted(got['outputs']) == sorted(want['outputs'])
@@ -195,5 +141,5 @@ def test_backbone_builds_the_same_network_as_before(case):
 
 
 if __name__ == '__main__':
-  for name in sorted(CASES):
-    print(f'    {name!r}: {json.dumps(fingerprint(name))},')
+  print('{\n' + ',\n'.join(f' {json.dumps(case)}: {json.dumps(fingerprint(case))}'
+                           for case in sorted(CASES)) + '\n}')

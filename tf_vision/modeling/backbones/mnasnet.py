@@ -10,15 +10,14 @@ so a searched (tunable) MnasNet can reuse this class by passing its own `block_s
 import math
 from typing import Any, Callable, NamedTuple, Sequence
 
-import tensorflow as tf
 import tf_keras
 
 from nascli.errors import NascliError
 from official.modeling import hyperparams
-from official.vision.modeling.backbones import factory
 from official.vision.modeling.backbones import mobilenet
 from official.vision.modeling.layers import nn_blocks
 from official.vision.modeling.layers import nn_layers
+from tf_vision.modeling.backbones import blocks
 
 layers = tf_keras.layers
 
@@ -114,18 +113,13 @@ def decode_block_specs(block_specs: Sequence[Sequence[Any]], filter_size_scale: 
   return decoded
 
 
-def _serialize_regularizer(regularizer):
-  return tf_keras.regularizers.serialize(regularizer) if regularizer is not None else None
-
-
-def _deserialize_regularizer(regularizer):
-  if regularizer is None or isinstance(regularizer, tf_keras.regularizers.Regularizer):
-    return regularizer
-  return tf_keras.regularizers.deserialize(regularizer)
+def head_conv(filters: int, common: dict[str, Any]) -> layers.Layer:
+  """The 1x1 conv + BN after the last block group (MG MobileNet's head), named 'head'."""
+  return mobilenet.Conv2DBNBlock(filters=filters, kernel_size=1, strides=1, name='head', **common)
 
 
 @tf_keras.utils.register_keras_serializable(package='Nascli')
-class MnasNet(tf_keras.Model):
+class MnasNet(blocks.FunctionalBackbone):
   """MnasNet backbone: stem conv, MBConv block groups, 1x1 head conv.
 
   Returns a dict of endpoints: levels with an `is_output` group ('2'..'5' for MnasNet-A1), then
@@ -202,14 +196,7 @@ class MnasNet(tf_keras.Model):
     decoded = decode_block_specs(self._block_specs, filter_size_scale, divisible_by, min_depth)
     # Blocks keep their default divisible_by=1 so the SE width is int(in_filters * se_ratio) as in
     # the paper's code; stage widths are already multiples of `divisible_by`.
-    common = dict(
-        activation=activation,
-        use_sync_bn=use_sync_bn,
-        norm_momentum=norm_momentum,
-        norm_epsilon=norm_epsilon,
-        kernel_initializer=kernel_initializer,
-        kernel_regularizer=kernel_regularizer,
-        bias_regularizer=bias_regularizer)
+    common = self.conv_bn_settings()
 
     inputs = tf_keras.Input(shape=input_specs.shape[1:])
     x = mobilenet.Conv2DBNBlock(
@@ -248,8 +235,7 @@ class MnasNet(tf_keras.Model):
     head_filters = HEAD_FILTERS
     if finegrain_classification_mode and filter_size_scale < 1.0:
       head_filters /= filter_size_scale
-    x = mobilenet.Conv2DBNBlock(
-        filters=self._round(head_filters), kernel_size=1, strides=1, name='head', **common)(x)
+    x = head_conv(self._round(head_filters), common)(x)
     head_level = max([int(l) for l in endpoints] + [int(math.log2(stride))]) + 1
     endpoints[str(head_level)] = x
 
@@ -259,8 +245,12 @@ class MnasNet(tf_keras.Model):
     return nn_layers.round_filters(filters, self._filter_size_scale, divisor=self._divisible_by,
                                    min_depth=self._min_depth)
 
+  def conv_bn_settings(self) -> dict[str, Any]:
+    """The conv/BN arguments every block takes (`blocks.CONV_BN_KEYS`), as this model has them."""
+    return {key: getattr(self, f'_{key}') for key in blocks.CONV_BN_KEYS}
+
   def get_config(self) -> dict[str, Any]:
-    return {
+    return blocks.serialize_regularizers({
         'model_id': self._model_id,
         'filter_size_scale': self._filter_size_scale,
         'block_specs': [list(s) for s in self._block_specs],
@@ -268,47 +258,14 @@ class MnasNet(tf_keras.Model):
         'finegrain_classification_mode': self._finegrain_classification_mode,
         'divisible_by': self._divisible_by,
         'min_depth': self._min_depth,
-        'activation': self._activation,
-        'use_sync_bn': self._use_sync_bn,
-        'norm_momentum': self._norm_momentum,
-        'norm_epsilon': self._norm_epsilon,
-        'kernel_initializer': self._kernel_initializer,
-        'kernel_regularizer': _serialize_regularizer(self._kernel_regularizer),
-        'bias_regularizer': _serialize_regularizer(self._bias_regularizer),
-    }
-
-  @classmethod
-  def from_config(cls, config: dict[str, Any], custom_objects=None) -> 'MnasNet':
-    config = dict(config)
-    for key in ('kernel_regularizer', 'bias_regularizer'):
-      config[key] = _deserialize_regularizer(config.get(key))
-    return cls(**config)
-
-  @property
-  def output_specs(self) -> dict[str, tf.TensorShape]:
-    """A dict of {level: TensorShape} of the feature endpoints (the head conv excluded)."""
-    return self._output_specs
+        **self.conv_bn_settings(),
+    })
 
 
-@factory.register_backbone_builder('mnasnet')
-def build_mnasnet(
-    input_specs: layers.InputSpec,
-    backbone_config: hyperparams.Config,
-    norm_activation_config: hyperparams.Config,
-    l2_regularizer: tf_keras.regularizers.Regularizer | None = None) -> tf_keras.Model:
+@blocks.register_backbone_builder('mnasnet')
+def build_mnasnet(input_specs: layers.InputSpec, config: hyperparams.Config,
+                  conv_bn: dict[str, Any]) -> tf_keras.Model:
   """Builds a MnasNet backbone from a `Backbone` one-of config with `type: mnasnet`."""
-  backbone_type = backbone_config.type
-  backbone_cfg = backbone_config.get()
-  assert backbone_type == 'mnasnet', f'Inconsistent backbone type {backbone_type}'
-
-  return MnasNet(
-      model_id=backbone_cfg.model_id,
-      filter_size_scale=backbone_cfg.filter_size_scale,
-      input_specs=input_specs,
-      stochastic_depth_drop_rate=backbone_cfg.stochastic_depth_drop_rate,
-      finegrain_classification_mode=backbone_cfg.finegrain_classification_mode,
-      activation=norm_activation_config.activation,
-      use_sync_bn=norm_activation_config.use_sync_bn,
-      norm_momentum=norm_activation_config.norm_momentum,
-      norm_epsilon=norm_activation_config.norm_epsilon,
-      kernel_regularizer=l2_regularizer)
+  # The config's fields are the architecture arguments: model_id, filter_size_scale,
+  # stochastic_depth_drop_rate, finegrain_classification_mode.
+  return MnasNet(input_specs=input_specs, **config.as_dict(), **conv_bn)

@@ -14,9 +14,8 @@ import tf_keras
 
 from nascli.errors import NascliError
 from official.modeling import hyperparams
-from official.vision.modeling.backbones import factory
 from official.vision.modeling.backbones import spinenet
-from tf_vision.modeling.backbones import tunable_mnasnet
+from tf_vision.modeling.backbones import blocks
 
 layers = tf_keras.layers
 
@@ -28,14 +27,8 @@ LEVELS = tuple(sorted(spinenet.FILTER_SIZE_MAP))
 BLOCK_FNS = ('residual', 'bottleneck')
 
 
-def _boolean(value: Any) -> bool:
-  if not isinstance(value, bool):
-    raise ValueError(f'expected true or false, got {value!r}')
-  return value
-
-
 def _int_pair(value: Any) -> tuple[int, int]:
-  to_int = tunable_mnasnet.integer(0)
+  to_int = blocks.integer(0)
   if not isinstance(value, (list, tuple)) or len(value) != 2:
     raise ValueError(f'expected a list of 2 block indices, got {value!r}')
   try:
@@ -44,12 +37,12 @@ def _int_pair(value: Any) -> tuple[int, int]:
     raise ValueError(f'expected a list of 2 block indices >= 0, got {value!r}') from None
 
 
-SPINENET_KEYS: dict[str, tunable_mnasnet.Converter] = {
-    'level_base': tunable_mnasnet.integer(),
-    'level_offset': tunable_mnasnet.integer(),
-    'block_fn': tunable_mnasnet.one_of(BLOCK_FNS),
+SPINENET_KEYS: dict[str, blocks.Converter] = {
+    'level_base': blocks.integer(),
+    'level_offset': blocks.integer(),
+    'block_fn': blocks.one_of(BLOCK_FNS),
     'input_offsets': _int_pair,
-    'is_output': _boolean,
+    'is_output': blocks.boolean,
 }
 
 
@@ -66,10 +59,9 @@ def decode_block_specs(block_specs_json: str | None, min_level: int, max_level: 
       raise NascliError(f'{PREFIX}: the default SpineNet-49 architecture (block_specs_json null)'
                         f' needs min_level 3 and max_level 7, got {min_level} and {max_level}')
     return spinenet.build_block_specs()
-  blocks = tunable_mnasnet.parse_block_specs_json(block_specs_json, field, SPINENET_KEYS)
   specs = []
   output_levels = {}
-  for i, b in enumerate(blocks):
+  for i, b in enumerate(blocks.parse_block_specs_json(block_specs_json, field, SPINENET_KEYS)):
     where = f'{field}[{i}]'
     level = b['level_base'] + b['level_offset']
     if level not in LEVELS:
@@ -170,30 +162,11 @@ class TunableSpineNet(spinenet.SpineNet):
     return cls(**config)
 
 
-@factory.register_backbone_builder('tunable_spinenet')
-def build_tunable_spinenet(
-    input_specs: layers.InputSpec,
-    backbone_config: hyperparams.Config,
-    norm_activation_config: hyperparams.Config,
-    l2_regularizer: tf_keras.regularizers.Regularizer | None = None) -> tf_keras.Model:
+@blocks.register_backbone_builder('tunable_spinenet')
+def build_tunable_spinenet(input_specs: layers.InputSpec, config: hyperparams.Config,
+                           conv_bn: dict[str, Any]) -> tf_keras.Model:
   """Builds a TunableSpineNet from a `Backbone` one-of config with `type: tunable_spinenet`."""
-  backbone_type = backbone_config.type
-  backbone_cfg = backbone_config.get()
-  assert backbone_type == 'tunable_spinenet', f'Inconsistent backbone type {backbone_type}'
-
-  return TunableSpineNet(
-      input_specs=input_specs,
-      block_specs_json=backbone_cfg.block_specs_json,
-      model_id=backbone_cfg.model_id,
-      min_level=backbone_cfg.min_level,
-      max_level=backbone_cfg.max_level,
-      endpoints_num_filters=backbone_cfg.endpoints_num_filters,
-      resample_alpha=backbone_cfg.resample_alpha,
-      block_repeats=backbone_cfg.block_repeats,
-      filter_size_scale=backbone_cfg.filter_size_scale,
-      init_stochastic_depth_rate=backbone_cfg.init_stochastic_depth_rate,
-      kernel_regularizer=l2_regularizer,
-      activation=norm_activation_config.activation,
-      use_sync_bn=norm_activation_config.use_sync_bn,
-      norm_momentum=norm_activation_config.norm_momentum,
-      norm_epsilon=norm_activation_config.norm_epsilon)
+  # The config's fields are the architecture arguments: block_specs_json, model_id, min_level,
+  # max_level, endpoints_num_filters, resample_alpha, block_repeats, filter_size_scale,
+  # init_stochastic_depth_rate.
+  return TunableSpineNet(input_specs=input_specs, **config.as_dict(), **conv_bn)
