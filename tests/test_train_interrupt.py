@@ -17,6 +17,7 @@ import pytest
 from conftest import convert_digits32
 from conftest import nascli_subprocess
 from conftest import restore_tensorflow_scopes
+from train_logs import log_steps
 
 TRAIN_STEPS = 120
 # Loops of 10 steps; no interval checkpoint before the end, so the one found at the interrupt
@@ -45,12 +46,7 @@ def _args(digits32, model_dir):
 
 
 def _log_steps(model_dir):
-  steps = []
-  with open(os.path.join(model_dir, "log"), encoding="utf-8") as f:
-    for line in f:
-      epoch, rest = line.split(" step: ")
-      steps.append((int(epoch.split()[1]) - 1) * STEPS_PER_EPOCH + int(rest.split(",")[0]))
-  return steps
+  return log_steps(model_dir, STEPS_PER_EPOCH)
 
 
 def _metrics_steps(model_dir):
@@ -83,13 +79,16 @@ def _cpu_ticks(stat_path):
   return int(fields[11]) + int(fields[12])
 
 
-def _start_in_one_loop(args, err):
-  """Starts `nascli train` and returns it once its training loop runs steps.
+def _sigint_in_one_loop(digits32, model_dir, err):
+  """Starts `nascli train` of one loop of all the steps (ONE_LOOP) into `model_dir`, and sends it
+  Ctrl-C once that loop runs steps; returns (its arguments, the process).
 
   The loop is one graph call, which reports nothing before its end: it runs once the main thread
   idles (waiting in that call) while the process works (TensorFlow's threads run the steps), for
   two seconds in a row. Before it, tracing the loop keeps the main thread busy.
   """
+  args = ["train", "--dataset_dir", digits32, "--model_dir", str(model_dir), "--mode", "train",
+          "--params_override", ONE_LOOP]
   proc = subprocess.Popen([sys.executable, "-m", "nascli", *args, "--verbose"],
                           stdout=subprocess.DEVNULL, stderr=err,
                           env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3"))
@@ -111,7 +110,8 @@ def _start_in_one_loop(args, err):
     pass
   with open(err.name, encoding="utf-8") as f:
     assert proc.poll() is None, f"training ended before the signal:\n{f.read()}"
-  return proc
+  proc.send_signal(signal.SIGINT)
+  return args, proc
 
 
 def _stopping_line_then(err_path, proc, seconds=60):
@@ -130,12 +130,9 @@ def test_sigint_stops_inside_a_long_loop_and_the_rerun_resumes_there(digits32, t
   at the loop's end), checkpoints there and exits 130; the same command again resumes there
   and trains to the planned step on the same learning-rate schedule."""
   model_dir = tmp_path / "run"
-  args = ["train", "--dataset_dir", digits32, "--model_dir", str(model_dir), "--mode", "train",
-          "--params_override", ONE_LOOP]
   err_path = tmp_path / "err.txt"
   with open(err_path, "w", encoding="utf-8") as err:
-    proc = _start_in_one_loop(args, err)
-    proc.send_signal(signal.SIGINT)
+    args, proc = _sigint_in_one_loop(digits32, model_dir, err)
     code = proc.wait(timeout=120)
   err = err_path.read_text()
   assert code == 130, err
@@ -182,12 +179,9 @@ def test_sigint_stops_inside_a_long_loop_and_the_rerun_resumes_there(digits32, t
 def test_a_second_sigint_inside_a_long_loop_exits_at_once(digits32, tmp_path):
   """The second Ctrl-C does not wait for the loop, nor for the stop at the next step."""
   model_dir = tmp_path / "run"
-  args = ["train", "--dataset_dir", digits32, "--model_dir", str(model_dir), "--mode", "train",
-          "--params_override", ONE_LOOP]
   err_path = tmp_path / "err.txt"
   with open(err_path, "w", encoding="utf-8") as err:
-    proc = _start_in_one_loop(args, err)
-    proc.send_signal(signal.SIGINT)
+    _, proc = _sigint_in_one_loop(digits32, model_dir, err)
     said = _stopping_line_then(err_path, proc)
     proc.send_signal(signal.SIGINT)
     code = proc.wait(timeout=30)

@@ -14,6 +14,7 @@ import pytest
 
 from conftest import convert_digits32
 from conftest import nascli_subprocess
+from train_logs import log_steps
 
 TRAIN_RECORDS = 1079  # the embedded digits' train split (60% of 1,797; validation and test 359)
 
@@ -21,15 +22,6 @@ TRAIN_RECORDS = 1079  # the embedded digits' train split (60% of 1,797; validati
 @pytest.fixture(scope="module")
 def digits32(tmp_path_factory):
   return convert_digits32(tmp_path_factory.mktemp("digits32"), num_shards=4)
-
-
-def _log_steps(model_dir, steps_per_epoch):
-  steps = []
-  with open(os.path.join(model_dir, "log"), encoding="utf-8") as f:
-    for line in f:
-      epoch, rest = line.split(" step: ")
-      steps.append((int(epoch.split()[1]) - 1) * steps_per_epoch + int(rest.split(",")[0]))
-  return steps
 
 
 @pytest.fixture(scope="module")
@@ -53,7 +45,7 @@ def test_classifier_learns_digits_and_eval_reports_the_test_split(cli, digits32,
   assert accuracy > 0.85, result  # chance is 0.1; measured 0.96-0.97
   # The THOR log line on stderr and in MODEL_DIR/log, every steps_per_loop (50) steps.
   steps_per_epoch = TRAIN_RECORDS // 32
-  assert _log_steps(model_dir, steps_per_epoch) == list(range(50, 301, 50))
+  assert log_steps(model_dir, steps_per_epoch) == list(range(50, 301, 50))
   assert "epoch: 10 step: 3, loss is " in err  # step 300 = 9 epochs of 33 steps + 3
   for name in ("params.yaml", "job_status.json", "nascli_run.json", "checkpoint"):
     assert (model_dir / name).exists(), name
@@ -116,7 +108,7 @@ def test_killed_run_resumes_to_the_same_end_without_repeated_steps(digits32, tmp
     time.sleep(0.05)
   proc.send_signal(signal.SIGKILL)
   proc.wait()
-  before = _log_steps(model_dir, TRAIN_RECORDS // 32)
+  before = log_steps(model_dir, TRAIN_RECORDS // 32)
   assert 30 <= before[-1] < 60, before
   resumed = nascli_subprocess(*args, "--json")
   assert resumed.returncode == 0, resumed.stderr
@@ -125,7 +117,7 @@ def test_killed_run_resumes_to_the_same_end_without_repeated_steps(digits32, tmp
   assert 0 < result["resumed_from"] <= before[-1]  # a checkpoint older than the kill
   assert "resuming from the checkpoint at step" in resumed.stderr
   # One entry per logged step, in order: the steps redone after the kill replaced their first try.
-  assert _log_steps(model_dir, TRAIN_RECORDS // 32) == list(range(10, 61, 10))
+  assert log_steps(model_dir, TRAIN_RECORDS // 32) == list(range(10, 61, 10))
 
 
 def test_exported_saved_model_gives_the_eval_accuracy(cli, digits32, trained):
