@@ -232,3 +232,29 @@ def test_docs_option_tables_state_the_declared_defaults(command):
       problems += [f"{f}: docs say {cell!r}" for f in flags
                    if params[f].default not in (None, False)]
   assert not problems, f"docs/commands/{command}.md: " + "; ".join(problems)
+
+
+def test_the_latency_commands_share_the_target_device_declaration(capsys, monkeypatch):
+  """build_latency_model and run_latency_calculator_local time on the same runtimes: one
+  declaration (help, spelling), each command's default, each command's check of the value
+  (the calculator's bad values: tests/test_latency_calculator.py)."""
+  declared = options.SHARED["target_device_type"]
+  build = inspect.signature(_callback("build_latency_model")).parameters["target_device_type"]
+  calculator = inspect.signature(_callback("run_latency_calculator_local")).parameters[
+      "target_device_type"]
+  assert build.annotation is calculator.annotation is declared.annotation
+  assert (build.default, calculator.default) == ("cpu-tflite", "cpu")
+  assert app_lib.main(["build_latency_model", "--target_device_type", "cpu_tflite"]) == 2
+  assert "unknown --target_device_type 'cpu_tflite' (did you mean 'cpu-tflite'?)" in (
+      capsys.readouterr().err)
+  from nascli import latency_calculator  # pylint: disable=g-import-not-at-top
+  seen = []
+
+  def record(args):
+    seen.append(args.target_device_type)
+    raise _Recorded("recorded")
+
+  monkeypatch.setattr(latency_calculator, "check_args", record)
+  for given in ([], ["--target_device_type", "gpu"]):
+    assert app_lib.main(["run_latency_calculator_local", "--local_output_dir", "JOB", *given]) == 1
+  assert seen == ["cpu", "gpu"]

@@ -21,12 +21,6 @@ from nascli.errors import NascliError
 from tf_vision.search_spaces import registry as space_registry
 from tf_vision.serving import arch_latency
 
-_RUNTIMES_HELP = (f"The runtime timed, one of {', '.join(arch_latency.RUNTIMES)}: cpu-tflite is"
-                  " the model converted to TFLite and run by LiteRT with XNNPACK (a phone's or"
-                  " an edge CPU's runtime); cpu and gpu time the SavedModel's serving function"
-                  " in TensorFlow.")
-
-Runtime = Annotated[str, typer.Option(*flag("target_device_type"), help=_RUNTIMES_HELP)]
 InputSize = Annotated[Optional[int], typer.Option(
     *flag("latency_input_size"), help="Side of the square input the models are timed at: the"
     " size they will serve (default: the space's deployment size, 224 for mnasnet, 640 for"
@@ -70,7 +64,6 @@ AsJson = Annotated[bool, typer.Option(
        "num_heldout", "seed", "num_threads", "pin_cpus", "runs", "local_output_dir", "output",
        "overwrite", "ray_address", "ray_node_ip", f.LOCAL, "measure_layers", "as_json")
 def build_latency_model(
-    target_device_type: Runtime = "cpu-tflite",
     latency_input_size: InputSize = None,
     num_architectures: NumArchitectures = 100,
     num_heldout: NumHeldout = 30,

@@ -10,21 +10,16 @@ from typing import Annotated, Optional
 import typer
 
 from nascli import interrupts
+from nascli.commands import search_flags as f
 from nascli.commands.options import flag
 from nascli.latency_calculator import CalculatorArgs
-
-_TYPES_HELP = ("cpu: the serving function of the trial's model (the graph a SavedModel export"
-               " serves) on this CPU, GPUs hidden; gpu: the same on this machine's GPU;"
-               " cpu-tflite: the model converted to TFLite, timed by the TFLite interpreter"
-               " (MnasNet's mobile latency).")
 
 
 def run_latency_calculator_local(
     local_output_dir: Annotated[Optional[str], typer.Option(
         *flag("local_output_dir"), help="The search's job dir (its --local_output_dir), a"
         " folder or gs://BUCKET/PREFIX.", show_default=False)] = None,
-    target_device_type: Annotated[str, typer.Option(
-        *flag("target_device_type"), help=_TYPES_HELP)] = "cpu",
+    target_device_type: f.TargetDevice = "cpu",
     latency_worker_id: Annotated[int, typer.Option(
         *flag("latency_worker_id"), help="This calculator measures the trials whose id mod"
         " --num_latency_workers is this.")] = 0,

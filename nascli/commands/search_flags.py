@@ -31,6 +31,7 @@ from nascli.search import pareto as pareto_lib
 from nascli.search import reward as reward_lib
 from nascli.search import scheduler as scheduler_lib
 from tf_vision.search_spaces import registry as space_registry
+from tf_vision.serving import arch_latency
 
 # The search spaces' registry loads no pyglove: the prebuilt names are read from it. What the
 # controller's registry holds (nascli.search.controller) is spelled out so a name is checked
@@ -149,6 +150,11 @@ LatencyModelFile = shared("latency_model", Optional[str], None, help="A latency 
     " target, a proposal predicted over it is not trained (state over_target, not counted in"
     " --max_nas_trial). search_resume: the previous job's own model where it is now, if it moved"
     " (default: the path the job recorded).")
+TargetDevice = shared("target_device_type", str, "cpu-tflite", help="The runtime timed, one of"
+    f" {', '.join(arch_latency.RUNTIMES)}: cpu-tflite is the model converted to TFLite and run by"
+    " LiteRT with XNNPACK (a phone's or an edge CPU's runtime, MnasNet's mobile latency); cpu and"
+    " gpu time the SavedModel's serving function in TensorFlow, on this CPU with GPUs hidden or"
+    " on this machine's GPU.")
 LatencyInputSize = shared("latency_input_size", Optional[int], None, help="The side of the square"
     " input latency is timed (or predicted) at: the size the model will serve, e.g. 224 for a"
     " phone classifier trained here at 32. Default: the config's task.latency_input_size (a proxy"
