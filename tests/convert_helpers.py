@@ -1,10 +1,22 @@
-"""Test helpers for the sources that ship an official test set (cifar10, mnist): read back the
-records a conversion wrote, and check that a refused one left nothing behind."""
+"""Test helpers for `convert-data`: archives to convert, the records a conversion wrote read
+back, and the check that a refused one left nothing behind."""
 
 import hashlib
+import io
+import tarfile
 from pathlib import Path
 
 from conftest import decode_image, read_examples
+
+
+def make_tgz(path: Path, files: dict[str, bytes]) -> Path:
+  """A .tar.gz at `path` holding `files` (member name -> content)."""
+  with tarfile.open(path, "w:gz") as tf:
+    for name, data in files.items():
+      info = tarfile.TarInfo(name)
+      info.size = len(data)
+      tf.addfile(info, io.BytesIO(data))
+  return path
 
 
 def records(out: Path, split: str) -> dict[str, dict]:

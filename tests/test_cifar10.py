@@ -5,11 +5,9 @@ stratified by class and seeded; `train` is the rest of the training batches.
 """
 
 import hashlib
-import io
 import json
 import os
 import pickle
-import tarfile
 from pathlib import Path
 
 import numpy as np
@@ -17,7 +15,7 @@ import pytest
 
 from conftest import decode_image, read_examples
 from nascli.data import download
-from official_sets import assert_failed_cleanly, records, shard_digests
+from convert_helpers import assert_failed_cleanly, make_tgz, records, shard_digests
 from nascli.errors import InputError, UnsafeInputError
 
 CLASS_NAMES = ["airplane", "automobile", "bird", "cat", "deer", "dog", "frog", "horse", "ship",
@@ -72,12 +70,8 @@ def _binary_files(data: dict) -> dict[str, bytes]:
 
 
 def _make_tar(path: Path, folder: str, files: dict[str, bytes]) -> Path:
-  with tarfile.open(path, "w:gz") as tf:
-    for name, data in files.items():
-      info = tarfile.TarInfo(f"{folder}/{name}")
-      info.size = len(data)
-      tf.addfile(info, io.BytesIO(data))
-  return path
+  """A .tar.gz of `files` inside `folder`, as the official archives hold them."""
+  return make_tgz(path, {f"{folder}/{name}": data for name, data in files.items()})
 
 
 def _items(data: dict, stems: list[str]) -> dict[str, tuple[np.ndarray, int, str]]:
@@ -277,12 +271,7 @@ def test_mixed_layouts_are_refused(tmp_path, run_convert):
   data = _make_data()
   files = {f"{PY}/{k}": v for k, v in _python_files(data).items()}
   files.update({f"{BIN}/{k}": v for k, v in _binary_files(data).items()})
-  archive = tmp_path / "both.tar.gz"
-  with tarfile.open(archive, "w:gz") as tf:
-    for name, blob in files.items():
-      info = tarfile.TarInfo(name)
-      info.size = len(blob)
-      tf.addfile(info, io.BytesIO(blob))
+  archive = make_tgz(tmp_path / "both.tar.gz", files)
   with pytest.raises(InputError, match="mixes python and binary"):
     run_convert("cifar10", output_dir=tmp_path / "out", source=archive)
   assert_failed_cleanly(tmp_path / "out")

@@ -17,6 +17,7 @@ import pytest
 
 import tf_probe
 from conftest import nascli_subprocess
+from convert_helpers import make_tgz
 from nascli.data.convert import STATE_FILE
 from nascli.errors import OutputError
 
@@ -121,28 +122,18 @@ def test_unfinished_run_with_finished_shards_and_other_settings_is_refused(run_c
 
 def _bad_image_cases(tmp_path: Path) -> list[tuple[list, str]]:
   """Per reader: a command whose input holds a bad file, and that file's name."""
-  import io  # pylint: disable=g-import-not-at-top
-  import tarfile  # pylint: disable=g-import-not-at-top
   cases = []
   root = _image_folder(tmp_path / "folder")
   (root / "cat" / "fake.jpg").write_text("text")
   cases.append((["imagefolder", "--source", root], "cat/fake.jpg"))
 
-  def tgz(path, files):
-    with tarfile.open(path, "w:gz") as tar:
-      for name, data in files.items():
-        info = tarfile.TarInfo(name)
-        info.size = len(data)
-        tar.addfile(info, io.BytesIO(data))
-    return path
-
   good = cv2.imencode(".jpg", np.zeros((8, 8, 3), np.uint8))[1].tobytes()
   flowers = {f"flower_photos/{c}/{i}.jpg": good for c in (
       "daisy", "dandelion", "roses", "sunflowers", "tulips") for i in range(2)}
   flowers["flower_photos/roses/fake.jpg"] = b"text"
-  cases.append((["flowers", "--source", tgz(tmp_path / "flowers.tgz", flowers),
+  cases.append((["flowers", "--source", make_tgz(tmp_path / "flowers.tgz", flowers),
                  "--validation_size", "2", "--test_size", "2"], "roses/fake.jpg"))
-  cases.append((["cifar10", "--source", tgz(tmp_path / "cifar-10-python.tar.gz", {
+  cases.append((["cifar10", "--source", make_tgz(tmp_path / "cifar-10-python.tar.gz", {
       f"cifar-10-batches-py/{n}": b"text" for n in (
           "data_batch_1", "data_batch_2", "data_batch_3", "data_batch_4", "data_batch_5",
           "test_batch", "batches.meta")})], "cifar-10-batches-py/data_batch_1"))

@@ -4,9 +4,9 @@ import hashlib
 import io
 from pathlib import Path
 import random
-import tarfile
 
 from conftest import decode_image, read_examples
+from convert_helpers import make_tgz
 import numpy as np
 from PIL import Image
 import pytest
@@ -38,15 +38,6 @@ def _members() -> dict[str, bytes]:
   return files
 
 
-def _make_tgz(path: Path, files: dict[str, bytes]) -> Path:
-  with tarfile.open(path, "w:gz") as tf:
-    for name, data in files.items():
-      info = tarfile.TarInfo(name)
-      info.size = len(data)
-      tf.addfile(info, io.BytesIO(data))
-  return path
-
-
 def _write_tree(root: Path, files: dict[str, bytes]) -> None:
   for name, data in files.items():
     (root / name).parent.mkdir(parents=True, exist_ok=True)
@@ -66,7 +57,7 @@ def _shard_shas(info: dict) -> list[str]:
 
 def test_archive(tmp_path, run_convert):
   files = _members()
-  tgz = _make_tgz(tmp_path / "flower_photos.tgz", files)
+  tgz = make_tgz(tmp_path / "flower_photos.tgz", files)
   info, _, out = run_convert("flowers", source=tgz, validation_size=4, test_size=3, processes=2,
                              num_shards=2)
   assert (out / "labels.txt").read_text() == "".join(f"{i}:{n}\n" for i, n in enumerate(CLASSES))
@@ -160,7 +151,7 @@ def test_test_options_change_sizes(options, sizes):
 
 def test_folder_and_parent_folder_give_same_records(tmp_path, run_convert):
   files = _members()
-  tgz = _make_tgz(tmp_path / "flower_photos.tgz", files)
+  tgz = make_tgz(tmp_path / "flower_photos.tgz", files)
   _write_tree(tmp_path / "extracted", files)
   info_tgz, _, _ = run_convert("flowers", tmp_path / "a", source=tgz, validation_size=5,
                                test_size=2, seed=7)
@@ -176,7 +167,7 @@ def test_folder_and_parent_folder_give_same_records(tmp_path, run_convert):
 
 
 def test_fractions(tmp_path, run_convert):
-  tgz = _make_tgz(tmp_path / "flower_photos.tgz", _members())
+  tgz = make_tgz(tmp_path / "flower_photos.tgz", _members())
   info, _, _ = run_convert("flowers", source=tgz, validation_fraction=0.2, test_fraction=0.4)
   assert [info["splits"][s]["num_records"] for s in SPLITS] == [6, 3, 6]
   assert info["settings"]["test_fraction"] == 0.4
@@ -184,7 +175,7 @@ def test_fractions(tmp_path, run_convert):
 
 @pytest.mark.parametrize("options", [{}, {"validation_size": 4}, {"test_size": 4}])
 def test_default_sizes_need_enough_images(tmp_path, run_convert, options):
-  tgz = _make_tgz(tmp_path / "flower_photos.tgz", _members())
+  tgz = make_tgz(tmp_path / "flower_photos.tgz", _members())
   out = tmp_path / "out"
   with pytest.raises(InputError) as e:
     run_convert("flowers", out, source=tgz, **options)
@@ -202,7 +193,7 @@ def test_default_sizes_need_enough_images(tmp_path, run_convert, options):
      "give --test_size or --test_fraction, not both"),
 ])
 def test_bad_test_sizes(tmp_path, run_convert, options, culprit):
-  tgz = _make_tgz(tmp_path / "flower_photos.tgz", _members())
+  tgz = make_tgz(tmp_path / "flower_photos.tgz", _members())
   out = tmp_path / "out"
   with pytest.raises(NascliError) as e:
     run_convert("flowers", out, source=tgz, **options)
@@ -211,7 +202,7 @@ def test_bad_test_sizes(tmp_path, run_convert, options, culprit):
 
 
 def test_download_records_checksum(tmp_path, run_convert, monkeypatch):
-  tgz = _make_tgz(tmp_path / "flower_photos.tgz", _members())
+  tgz = make_tgz(tmp_path / "flower_photos.tgz", _members())
   calls = []
 
   def fake_fetch(url, dest_dir, filename, **kwargs):
@@ -230,7 +221,7 @@ def test_download_records_checksum(tmp_path, run_convert, monkeypatch):
 def test_unsafe_archive(tmp_path, run_convert):
   files = _members()
   files["../evil.jpg"] = _jpeg(99)
-  tgz = _make_tgz(tmp_path / "flower_photos.tgz", files)
+  tgz = make_tgz(tmp_path / "flower_photos.tgz", files)
   out = tmp_path / "out"
   with pytest.raises(UnsafeInputError, match="evil.jpg"):
     run_convert("flowers", out, source=tgz, validation_size=2)
@@ -241,7 +232,7 @@ def test_unsafe_archive(tmp_path, run_convert):
 
 def test_missing_class_folder(tmp_path, run_convert):
   files = {k: v for k, v in _members().items() if "/tulips/" not in k}
-  tgz = _make_tgz(tmp_path / "flower_photos.tgz", files)
+  tgz = make_tgz(tmp_path / "flower_photos.tgz", files)
   out = tmp_path / "out"
   with pytest.raises(InputError, match="'tulips'"):
     run_convert("flowers", out, source=tgz, validation_size=2)
@@ -255,7 +246,7 @@ def test_missing_source(tmp_path, run_convert):
 
 @pytest.mark.parametrize("part", ["validation", "test"])
 def test_no_held_out_source(tmp_path, run_convert, part):
-  tgz = _make_tgz(tmp_path / "flower_photos.tgz", _members())
+  tgz = make_tgz(tmp_path / "flower_photos.tgz", _members())
   with pytest.raises(NascliError) as e:
     run_convert("flowers", source=tgz, validation_size=2, test_size=2,
                 **{f"{part}_source": tmp_path})

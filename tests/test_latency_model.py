@@ -16,6 +16,20 @@ from nascli.latency_model import predictors
 
 ROOT = Path(__file__).resolve().parent.parent
 
+
+def loaded_in_a_fresh_process(path, nas_params, *values: str) -> list:
+  """[each of `values` (Python over `model` and `p`), the heavy modules imported] as a new
+  interpreter sees them after `model = nascli.latency_model.load(path)`, `p` = `nas_params`."""
+  code = ('import json, sys; from nascli import latency_model as m; '
+          f'model = m.load({str(path)!r}); '
+          f'p = json.loads({json.dumps(json.dumps(nas_params))}); '
+          f'print(json.dumps([{", ".join(values)}, '
+          'sorted(k for k in ("tensorflow", "pyglove") if k in sys.modules)]))')
+  out = subprocess.run([sys.executable, '-c', code], cwd=ROOT, capture_output=True, text=True,
+                       timeout=120)
+  assert out.returncode == 0, out.stderr
+  return json.loads(out.stdout)
+
 # mnasnet's shape: 7 blocks x 6 decisions of 2-3 candidates (its keys; made-up literals, so the
 # space is named 'synthetic': no cost features).
 FIELDS = (('num_repeats', 3), ('block_fn', 2), ('expand_ratio', 3), ('kernel_size', 2),
@@ -324,15 +338,8 @@ def test_cost_features_fit_the_space_arithmetic_and_predict_without_pyglove(tmp_
   assert predictors.PREDICTORS['cost_features'].unavailable(encoding.layout(decisions))
   path = tmp_path / 'cf.json'
   model.save(path)
-  code = ('import json, sys; from nascli import latency_model as m; '
-          f'model = m.load({str(path)!r}); '
-          f'p = json.loads({json.dumps(json.dumps(rows[0][0]))}); '
-          'print(json.dumps([model.predict(p), model.fastest()[0], '
-          'sorted(k for k in ("tensorflow", "pyglove") if k in sys.modules)]))')
-  out = subprocess.run([sys.executable, '-c', code], cwd=ROOT, capture_output=True, text=True,
-                       timeout=120)
-  assert out.returncode == 0, out.stderr
-  assert json.loads(out.stdout) == [model.predict(rows[0][0]), ms, []]
+  assert loaded_in_a_fresh_process(path, rows[0][0], 'model.predict(p)',
+                                   'model.fastest()[0]') == [model.predict(rows[0][0]), ms, []]
 
 
 # ----- the file

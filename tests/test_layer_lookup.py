@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 from nascli import latency_model
+from test_latency_model import loaded_in_a_fresh_process  # pylint: disable=g-bad-import-order
 from nascli.latency_model import encoding
 from nascli.latency_model import predictors
 from tf_vision.search_spaces import cost_features
@@ -188,15 +189,8 @@ def test_a_layer_lookup_file_predicts_the_same_in_a_process_without_tensorflow(t
   model = _build(rows, [], layer_table=table, kinds=['layer_lookup'])
   path = tmp_path / 'lookup.json'
   model.save(path)
-  code = ('import json, sys; from nascli import latency_model as m; '
-          f'model = m.load({str(path)!r}); '
-          f'p = json.loads({json.dumps(json.dumps(rows[0][0]))}); '
-          'print(json.dumps([model.kind, model.predict(p), '
-          'sorted(k for k in ("tensorflow", "pyglove") if k in sys.modules)]))')
-  out = subprocess.run([sys.executable, '-c', code], cwd=ROOT, capture_output=True, text=True,
-                       timeout=120)
-  assert out.returncode == 0, out.stderr
-  assert json.loads(out.stdout) == ['layer_lookup', model.predict(rows[0][0]), []]
+  assert loaded_in_a_fresh_process(path, rows[0][0], 'model.kind', 'model.predict(p)') == [
+      'layer_lookup', model.predict(rows[0][0]), []]
 
 
 def test_a_damaged_table_is_a_one_line_error(tmp_path):

@@ -14,7 +14,7 @@ import pytest
 
 from conftest import decode_image, read_examples
 from nascli.data import download
-from official_sets import assert_failed_cleanly, records
+from convert_helpers import assert_failed_cleanly, records
 from nascli.errors import InputError, NascliError
 
 NAMES = ["zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine"]

@@ -12,7 +12,7 @@ import pytest
 import test_cifar10 as cifar  # pylint: disable=g-bad-import-order
 import test_mnist as mnist
 from nascli.errors import NascliError, OutputError
-from official_sets import assert_failed_cleanly, pixel_digests, shard_digests
+from convert_helpers import assert_failed_cleanly, pixel_digests, shard_digests
 
 CIFAR10 = types.SimpleNamespace(
     name="cifar10", make_data=cifar._make_data, num_train=cifar.NUM_TRAIN,
