@@ -488,11 +488,12 @@ def test_list_trials_limits_filters_and_prints_json(job, capsys):
 
 
 def test_list_trials_refuses_a_folder_that_is_not_a_search_job(tmp_path, capsys):
-  for folder in (tmp_path, tmp_path / 'missing'):
+  for folder, why in ((tmp_path, 'is not a nascli search job (no journal.jsonl)'),
+                      (tmp_path / 'missing', 'does not exist')):  # as report says
     assert main(['list_trials', str(folder)]) == 1
     captured = capsys.readouterr()
     assert captured.out == ''
-    assert captured.err == (f'Error: {folder} is not a nascli search job (no journal.jsonl)\n')
+    assert captured.err == f'Error: {folder} {why}\n'
 
 
 def test_list_trials_reports_a_damaged_journal_in_one_line(job, capsys):

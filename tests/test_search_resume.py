@@ -227,7 +227,7 @@ def test_bad_input_is_refused_in_one_line_before_tensorflow(tmp_path):
   _write_job(other, [])
   cases = [
       (["search_resume", "--previous_job_dir", str(tmp_path / "missing"), "--max_nas_trial",
-        "4"], f"--previous_job_dir {tmp_path}/missing: no such folder"),
+        "4"], f"--previous_job_dir {tmp_path}/missing does not exist"),
       (["search_resume", "--previous_job_dir", str(empty), "--max_nas_trial", "4"],
        f"--previous_job_dir {empty} is not a nascli search job (no journal.jsonl)"),
       (["search_resume", "--previous_job_dir", str(damaged), "--max_nas_trial", "4"],

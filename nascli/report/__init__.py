@@ -60,8 +60,8 @@ def write(job_dir: str) -> tuple[str, str]:
     NascliError: `job_dir` is missing or no kind of job nascli writes.
   """
   from nascli.report import kinds  # pylint: disable=g-import-not-at-top,unused-import
-  if not storage.exists(job_dir):
-    raise NascliError(f'{job_dir} does not exist')
+  from nascli.search import search_job  # pylint: disable=g-import-not-at-top
+  search_job.check_exists(job_dir)  # the words of every command
   for kind in _KINDS:
     if kind.recognizes(job_dir):
       return kind.name, _save(job_dir, kind.build(job_dir))

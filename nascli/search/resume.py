@@ -29,8 +29,10 @@ from typing import Any
 from nascli import storage
 from nascli.errors import NascliError
 from nascli.errors import OutputError
+from nascli.search import journal as journal_lib
 from nascli.search import journal_file
 from nascli.search import journal_gcs
+from nascli.search import resume_gcs
 from nascli.search import warm_start
 
 EVENT = 'resumed_from'
@@ -80,7 +82,7 @@ def _check_not_running(job_dir: str) -> None:
 
 def _resumed_from(job_dir: str) -> str | None:
   """The previous job a job dir continues (its `resumed_from` event), or None."""
-  events = journal_file.Journal.in_dir(job_dir).events()
+  events = journal_lib.journal_for(job_dir).events()
   return next((e.get('previous_job_dir') for e in events if e.get('event') == EVENT), None)
 
 
@@ -89,8 +91,9 @@ def prepare(previous_job_dir: str, job_dir: str, max_nas_trial: int) -> dict[str
   returns the previous job's settings, which are the new job's.
 
   Refused in one line: a previous job dir that is missing, not a search job, has a damaged
-  journal or is being written; a new job dir that is the previous one, is on gs://, or holds
-  something else; a --max_nas_trial that adds no trial to a new copy.
+  journal or is being written; a new job dir that is the previous one, or holds something
+  else; a --max_nas_trial that adds no trial to a new copy. A gs:// new job dir is made as
+  resume_gcs says.
 
   Raises:
     NascliError (InputError, OutputError): as above.
@@ -98,21 +101,20 @@ def prepare(previous_job_dir: str, job_dir: str, max_nas_trial: int) -> dict[str
   what = '--previous_job_dir'
   previous = _absolute(previous_job_dir)
   settings, events = warm_start.read_job(previous_job_dir, what)
-  if storage.is_gcs(job_dir):
-    raise NascliError(f'--local_output_dir {job_dir}: search_resume writes a local job dir'
-                      ' (copy it to gs:// afterwards, or run `nascli search` there)')
-  new = os.path.abspath(job_dir)
+  new = _absolute(job_dir)
   if new == previous:
     raise NascliError(f'--local_output_dir {job_dir} is the previous job dir itself: to go on'
                       ' there, run its search command again with a larger --max_nas_trial')
-  if os.path.exists(os.path.join(new, journal_file.JOURNAL_NAME)):
+  gcs = resume_gcs.Target(new, previous) if storage.is_gcs(new) else None
+  if gcs.made() if gcs else os.path.exists(os.path.join(new, journal_file.JOURNAL_NAME)):
     continues = _resumed_from(new)
     if continues != previous:
       source = f'a continuation of {continues}' if continues else 'another search job'
       raise OutputError(f'--local_output_dir {job_dir} holds {source}, not a continuation of'
                         f' {previous}; choose another --local_output_dir')
     return settings  # made before: the search resumes it
-  if os.path.exists(new) and (not os.path.isdir(new) or os.listdir(new)):
+  if (gcs.holds_other() if gcs else
+      os.path.exists(new) and (not os.path.isdir(new) or os.listdir(new))):
     raise OutputError(f'--local_output_dir {job_dir} exists and is not an empty folder;'
                       ' choose another')
   # Proposals predicted over the latency target (--latency_model) were not trained: not counted.
@@ -122,7 +124,10 @@ def prepare(previous_job_dir: str, job_dir: str, max_nas_trial: int) -> dict[str
     raise NascliError(f'--max_nas_trial {max_nas_trial} adds no trial: {previous_job_dir} has'
                       f' {proposed} already; give the new total, more than {proposed}')
   _check_not_running(previous_job_dir)
-  _copy(previous, new, events)
+  if gcs:
+    gcs.make(lambda staged: _copy(previous, staged, events))
+  else:
+    _copy(previous, new, events)
   return settings
 
 
@@ -134,21 +139,9 @@ def _remove_stale_copies(new: str) -> None:
     if not entry.startswith(prefix):
       continue
     pid = entry[len(prefix):]
-    if pid.isdigit() and _alive(int(pid)):
+    if pid.isdigit() and resume_gcs.process_alive(int(pid)):
       raise OutputError(f'another search_resume (pid {pid}) is making {new}; wait for it')
     shutil.rmtree(os.path.join(parent, entry), ignore_errors=True)
-
-
-def _alive(pid: int) -> bool:
-  if pid == os.getpid():
-    return False
-  try:
-    os.kill(pid, 0)
-  except ProcessLookupError:
-    return False
-  except PermissionError:
-    return True
-  return True
 
 
 def _copy(previous: str, new: str, events: list[dict[str, Any]]) -> None:

@@ -41,11 +41,8 @@ def read_job(job_dir: str, what: str) -> tuple[dict[str, Any], list[dict[str, An
   not a search job, or its journal is damaged; `what` names the flag in the message."""
   # pylint: disable=g-import-not-at-top
   from nascli.search import journal as journal_lib
-  if not storage.is_gcs(job_dir) and not os.path.isdir(job_dir):
-    raise NascliError(f'{what} {job_dir}: no such folder')
-  journal = journal_lib.journal_for(job_dir)
-  if not journal.exists():
-    raise NascliError(f'{what} {job_dir} is not a nascli search job (no {journal.NAME})')
+  from nascli.search import search_job
+  journal = search_job.check(job_dir, what)  # the words of every command
   try:
     events = journal.events()
     journal_lib.replay(events)
