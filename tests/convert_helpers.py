@@ -6,6 +6,8 @@ import io
 import tarfile
 from pathlib import Path
 
+import pytest
+
 from conftest import decode_image, read_examples
 
 
@@ -42,3 +44,14 @@ def shard_digests(info: dict) -> list[tuple[str, str]]:
 def assert_failed_cleanly(out: Path) -> None:
   assert not (out / "dataset_info.json").exists()
   assert not list(out.glob("*.tfrecord"))
+
+
+def refusal(run_convert, error: type[Exception], name: str, source, out: Path) -> str:
+  """The message of the `error` converting `name` from `source` into `out` raises: one line,
+  and `out` left without shards or dataset_info.json."""
+  with pytest.raises(error) as e:
+    run_convert(name, output_dir=out, source=source)
+  message = str(e.value)
+  assert "\n" not in message
+  assert_failed_cleanly(out)
+  return message
