@@ -18,7 +18,6 @@ ones in that form).
 import hashlib
 import json
 import os
-import sys
 import tempfile
 
 import numpy as np
