@@ -217,6 +217,8 @@ def write_hparams(job_dir: str | os.PathLike[str], rows: Sequence[Mapping[str, A
 class HParamsWriter(writers.Writer):
   """hparams/: the experiment config once, then one run per trial with a result, once each."""
 
+  slow = True  # TensorBoard's protos: seconds to import the first time
+
   def __init__(self):
     self.written: set[str] = set()  # trial ids whose runs exist (read from the folder once)
 

@@ -157,6 +157,8 @@ class TablesWriter(writers.Writer):
 class ProgressPlotWriter(writers.Writer):
   """search_progress.png."""
 
+  slow = True  # matplotlib: its first import alone held the next trial for seconds
+
   def write(self, snapshot: writers.Snapshot) -> None:
     write_progress_plot(snapshot.job_dir, snapshot.rows)
 
@@ -164,6 +166,8 @@ class ProgressPlotWriter(writers.Writer):
 @writers.register('pareto')
 class ParetoWriter(writers.Writer):
   """pareto.json and pareto_front.png of a multi-objective search."""
+
+  slow = True  # matplotlib
 
   def write(self, snapshot: writers.Snapshot) -> None:
     write_pareto(snapshot.job_dir, snapshot.state, snapshot.rows)

@@ -2,9 +2,10 @@
 
 A writer registers with `@register(name)` (Model Garden's way); the loop's `Outputs` derives
 the trials' rows once per event and hands the same `Snapshot` to each writer. The fast ones
-(tables, plots, HParams) write at once; the slow ones (the report page, with its fANOVA) run on
-one background thread that always writes the latest snapshot, so the next trial never waits
-for them, and `flush()` waits for them at the search's end or interrupt. Ray Tune's logger
+(trials.json/csv) write at once; the slow ones (plots and HParams, which import matplotlib and
+TensorBoard, and the report page with its fANOVA) run on one background thread that always
+writes the latest snapshot, so the next trial never waits for them (they held it 8 s after the
+first trial), and `flush()` waits for them at the search's end or interrupt. Ray Tune's logger
 callbacks play the same part. Every file appears whole (nascli.storage writes aside and
 renames, or one gs:// upload): a kill never leaves a half-written page that looks complete,
 only the previous one, which the next event (or `nascli report`) replaces.
