@@ -45,6 +45,18 @@ def _started(job, trial_id):
       e["event"] == "started" and e["trial_id"] == trial_id for e in journal_events(job))
 
 
+def _kill_once_started(argv, job, trial_id) -> None:
+  """Runs `argv` and SIGKILLs it once the journal in `job` says trial `trial_id` started (or
+  after 600 s)."""
+  driver = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                            env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3"))
+  deadline = time.monotonic() + 600
+  while time.monotonic() < deadline and driver.poll() is None and not _started(job, trial_id):
+    time.sleep(0.2)
+  driver.send_signal(signal.SIGKILL)
+  driver.wait()
+
+
 # The docs' grid with 100% (the reference training itself, left out) and half the data: three
 # candidates; the target is any ranking (-1), as this test is about the mechanics, not the proxy
 # a 40-step reference near chance could give (it gives none at the default target).
@@ -62,17 +74,10 @@ def proxy_job(selection, tmp_path_factory):
   args = [sys.executable, "-m", "nascli", "search_proxy_task",
           "--proxy_task_model_selection_dir", str(sel_dir), *PROXY_ARGS,
           "--local_output_dir", str(job), "--json"]
-  cand = job / "candidates" / CANDIDATE
-  env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")
-  driver = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
-  deadline = time.monotonic() + 600
-  while time.monotonic() < deadline and driver.poll() is None and not _started(cand, "3"):
-    time.sleep(0.2)
-  driver.send_signal(signal.SIGKILL)
-  driver.wait()
+  _kill_once_started(args, job / "candidates" / CANDIDATE, "3")
   assert not (job / "proxy_task.yaml").exists()
-  resumed = subprocess.run(args, capture_output=True, text=True, env=env, timeout=900,
-                           check=False)
+  resumed = subprocess.run(args, capture_output=True, text=True, timeout=900, check=False,
+                           env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3"))
   return job, args, resumed
 
 
@@ -260,14 +265,7 @@ def test_measure_proxy_task_variance_trains_one_model_with_seeds_and_compares(se
   args = ["measure_proxy_task_variance", "--nas_params_str", str(nas_params), "--max_nas_trial",
           "2", "--params_override", SHORT, "--compare_with", str(sel_dir), "--local_output_dir",
           str(job), "--json"]
-  env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")
-  driver = subprocess.Popen([sys.executable, "-m", "nascli", *args], stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL, env=env)
-  deadline = time.monotonic() + 600
-  while time.monotonic() < deadline and driver.poll() is None and not _started(job, "2"):
-    time.sleep(0.2)
-  driver.send_signal(signal.SIGKILL)
-  driver.wait()
+  _kill_once_started([sys.executable, "-m", "nascli", *args], job, "2")
   assert not (job / "variance_and_smoothness.json").exists()
   proc = nascli_subprocess(*args)
   assert proc.returncode == 0, proc.stderr[-2000:]

@@ -25,12 +25,17 @@ _ALL_LAYERS: dict[str, AllLayers] = {}
 _VALUE = re.compile(r'^\s*(\d+)\s*/\s*(\d+)\s*\((.*)\)\s*$')
 
 
-def register_cost_features(space: str) -> Callable[[Features], Features]:
-  """Decorator: `fn(nas_params, input_size)` gives the cost features of `space`'s models."""
-  def register(fn: Features) -> Features:
-    _REGISTRY[space] = fn
+def _register_in(table: dict[str, Callable], space: str) -> Callable[[Callable], Callable]:
+  """A decorator that files its function under `space` in `table`."""
+  def register(fn: Callable) -> Callable:
+    table[space] = fn
     return fn
   return register
+
+
+def register_cost_features(space: str) -> Callable[[Features], Features]:
+  """Decorator: `fn(nas_params, input_size)` gives the cost features of `space`'s models."""
+  return _register_in(_REGISTRY, space)
 
 
 def cost_features(space: str) -> Features | None:
@@ -42,19 +47,13 @@ def register_layers(space: str) -> Callable[[Layers], Layers]:
   """Decorator: `fn(nas_params, input_size)` names the layers of `space`'s models, one key per
   layer (everything its latency depends on), for the `layer_lookup` predictor's table of
   layers timed alone (nn-Meter's kernels, ProxylessNAS's lookup table)."""
-  def register(fn: Layers) -> Layers:
-    _LAYERS[space] = fn
-    return fn
-  return register
+  return _register_in(_LAYERS, space)
 
 
 def register_all_layers(space: str) -> Callable[[AllLayers], AllLayers]:
   """Decorator: `fn(decisions, input_size)` lists every distinct layer key of `space`: what
   `build_latency_model --measure_layers` times, so that any architecture can be looked up."""
-  def register(fn: AllLayers) -> AllLayers:
-    _ALL_LAYERS[space] = fn
-    return fn
-  return register
+  return _register_in(_ALL_LAYERS, space)
 
 
 def layers(space: str) -> Layers | None:
