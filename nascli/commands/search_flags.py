@@ -1,11 +1,13 @@
 """The flags of the search family (Vertex's spellings), each declared once, and what they build.
 
-Each is declared with `options.shared` (help, default, spelling) and checked by a registered
-`_check`; `search_in_local` and `search` take them all (`SEARCH`), `search_resume`, the
-proxy-task commands and `build_latency_model` the groups they need (`SPACE`, `RECIPE`,
-`WORKERS`, ...). Both searches run the same search (nascli/search/search_loop.py); only where
-trials run differs. `check` refuses what is wrong with these flags before the commands import
-TensorFlow, Model Garden or pyglove (15-40 s): a bad value costs well under 2 s.
+The Ray flags (`RAY`, built into an executor by ray_flags.py) and the latency commands'
+--target_device_type are declared here too. Each is declared with `options.shared` (help,
+default, spelling) and checked by a registered `_check`; `search_in_local` and `search` take
+them all (`SEARCH`), `search_resume`, the proxy-task commands and `build_latency_model` the
+groups they need (`SPACE`, `RECIPE`, `WORKERS`, ...). Both searches run the same search
+(nascli/search/search_loop.py); only where trials run differs. `check` refuses what is wrong
+with these flags before the commands import TensorFlow, Model Garden or pyglove (15-40 s): a
+bad value costs well under 2 s.
 """
 
 import contextlib
