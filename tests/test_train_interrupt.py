@@ -17,7 +17,7 @@ import pytest
 from conftest import convert_digits32
 from conftest import nascli_subprocess
 from conftest import restore_tensorflow_scopes
-from train_logs import log_steps
+from train_logs import log_steps, train_until_logged
 
 TRAIN_STEPS = 120
 # Loops of 10 steps; no interval checkpoint before the end, so the one found at the interrupt
@@ -57,14 +57,7 @@ def _metrics_steps(model_dir):
 def _interrupt_training(args, model_dir, err_path, signum):
   """Starts `nascli train`, sends `signum` once step 20 is logged; returns (code, stderr)."""
   with open(err_path, "w", encoding="utf-8") as err:
-    proc = subprocess.Popen([sys.executable, "-m", "nascli", *args], stdout=subprocess.DEVNULL,
-                            stderr=err, env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3"))
-    log = model_dir / "log"
-    deadline = time.monotonic() + 300
-    while time.monotonic() < deadline and proc.poll() is None:
-      if log.exists() and len(log.read_text().splitlines()) >= 2:
-        break
-      time.sleep(0.05)
+    proc = train_until_logged(args, model_dir, 2, 300, stderr=err)
     assert proc.poll() is None, "training ended before the signal"
     proc.send_signal(signum)
     code = proc.wait(timeout=120)

@@ -5,16 +5,13 @@ import io
 import json
 import os
 import signal
-import subprocess
-import sys
-import time
 
 import numpy as np
 import pytest
 
 from conftest import convert_digits32
 from conftest import nascli_subprocess
-from train_logs import log_steps
+from train_logs import log_steps, train_until_logged
 
 TRAIN_RECORDS = 1079  # the embedded digits' train split (60% of 1,797; validation and test 359)
 
@@ -96,16 +93,8 @@ def test_killed_run_resumes_to_the_same_end_without_repeated_steps(digits32, tmp
   args = ["train", "--dataset_dir", digits32, "--model_dir", str(model_dir),
           "--mode", "train", "--params_override",
           "trainer.train_steps=60,trainer.steps_per_loop=10,trainer.checkpoint_interval=20"]
-  proc = subprocess.Popen([sys.executable, "-m", "nascli", *args], stdout=subprocess.DEVNULL,
-                          stderr=subprocess.DEVNULL,
-                          env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3"))
-  log = model_dir / "log"
-  deadline = time.monotonic() + 180
-  while time.monotonic() < deadline and proc.poll() is None:
-    # Kill between checkpoints: after step 30 is logged (checkpoint at 20 or later).
-    if log.exists() and len(log.read_text().splitlines()) >= 3:
-      break
-    time.sleep(0.05)
+  # Kill between checkpoints: after step 30 is logged (checkpoint at 20 or later).
+  proc = train_until_logged(args, model_dir, 3, 180)
   proc.send_signal(signal.SIGKILL)
   proc.wait()
   before = log_steps(model_dir, TRAIN_RECORDS // 32)
