@@ -204,6 +204,7 @@ def _flag_of(field: str) -> str:
 
 def _check_values(**values: Any) -> None:
   """Flag values no data set can use."""
+  from nascli.data import splits  # pylint: disable=g-import-not-at-top
   at_least_one = ("num_shards", "num_workers", "validation_size", "test_size", "image_size",
                   "num_samples")
   for key in at_least_one:
@@ -213,8 +214,7 @@ def _check_values(**values: Any) -> None:
     raise NascliError(f"--processes must be 0 (all cores) or more, got {values['processes']}")
   for part in ("validation", "test"):
     fraction = values[f"{part}_fraction"]
-    if fraction is not None and not 0.0 < fraction < 1.0:
-      raise NascliError(f"--{part}_fraction {fraction} must be between 0 and 1")
+    splits.check_fraction(fraction, part)
     if fraction is not None and values[f"{part}_size"] is not None:
       raise NascliError(f"give --{part}_size or --{part}_fraction, not both")
   fractions = [values[f"{part}_fraction"] or 0.0 for part in ("validation", "test")]

@@ -27,8 +27,7 @@ def search(**shared) -> None:
                       " on storage every node reaches")
   env = r.check(values)
   with f.interrupt_described(values):
-    # pylint: disable=g-import-not-at-top
-    from nascli.search import local_main
+    local_main = f.local_search()
     args = f.from_flags(values, max_trial_retries=values["max_trial_retries"])
     executor = r.executor(values, env)
     # Ray's driver prints worker and raylet messages with print(): they are logs, not results.

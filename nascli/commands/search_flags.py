@@ -228,8 +228,7 @@ def search_args(prebuilt_search_space, search_space_module, search_algorithm, se
   job_dir = local_output_dir or default_job_dir(dict(locals()))
   # pylint: disable=g-import-not-at-top
   from nascli.run_spec import DataSpec, RunSpec, TrialSettings
-  from nascli.search import local_main
-  from nascli.search.search_loop import SearchArgs
+  from nascli.search.search_args import SearchArgs
   scheduler = scheduler_lib.SchedulerSettings(
       name=early_stopping, min_steps=min_steps,
       reduction_factor=reduction_factor or scheduler_lib.DEFAULT_REDUCTION_FACTOR)
@@ -596,6 +595,16 @@ def _docker_flags(values: dict[str, Any]) -> None:
   for key, value in local_main.parse_docker_flags(values["search_docker_flags"] or []):
     if key in _DOCKER_CHECKS:
       _DOCKER_CHECKS[key](value, values, f"--search_docker_flags {key}")
+
+
+def local_search() -> Any:
+  """nascli.search.local_main, which runs a search, with the report page's writer registered:
+  nascli.report registers it as it is imported (it reads the search's results, so the search
+  cannot import it). Imported here, after the flags' checks: seconds of imports."""
+  # pylint: disable=g-import-not-at-top,unused-import
+  from nascli import report  # noqa: F401
+  from nascli.search import local_main
+  return local_main
 
 
 @contextlib.contextmanager

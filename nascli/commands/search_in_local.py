@@ -12,6 +12,5 @@ def search_in_local(**shared) -> None:
   f.check(values)  # before the 15-40 s of imports below
   with f.interrupt_described(values):
     args = f.from_flags(values)
-    from nascli.search import local_main  # pylint: disable=g-import-not-at-top
-    rows = local_main.run(args, values["search_docker_flags"])
+    rows = f.local_search().run(args, values["search_docker_flags"])
   f.print_rows(rows, values["as_json"])

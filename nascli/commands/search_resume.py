@@ -19,8 +19,8 @@ NewTotal = Annotated[int, typer.Option(
     *flag("max_nas_trial"), help="Trials of the new job in total, the previous job's"
     " included.", show_default=False)]
 NewJobDir = Annotated[Optional[str], typer.Option(
-    *flag("local_output_dir"), help="The new job dir, a local folder (default: beside the"
-    " previous one, its name + -resumed).")]
+    *flag("local_output_dir"), help="The new job dir, a folder or gs://BUCKET/PREFIX"
+    " (default: beside the previous one, its name + -resumed).")]
 _AS_BEFORE = " (default: as the previous job)"
 MaxParallel = Annotated[Optional[int], typer.Option(
     *flag("max_parallel_nas_trial"), help="Trials at once" + _AS_BEFORE + ".")]
@@ -78,7 +78,7 @@ def search_resume(previous_job_dir: PreviousJobDir, max_nas_trial: NewTotal,
     args = resume.search_args(settings, job_dir, latency_model=model,
                               **{k: values[k] for k in _MUTABLE_FLAGS})
     print(f"job dir: {job_dir} (continues {previous_job_dir})", file=sys.stderr, flush=True)
-    from nascli.search import local_main
+    local_main = f.local_search()
     executor = None
     if ray_address:
       executor = r.executor({**values, "trial_isolation": args.trial_isolation,
