@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 import os
 import time
-from typing import TYPE_CHECKING
+from typing import Any
 
 from rich.console import RenderableType
 
@@ -15,18 +15,16 @@ from nascli.search import attempts
 from nascli.search import journal as journal_lib
 from nascli.search import summary
 
-if TYPE_CHECKING:
-  from nascli.search.search_args import SearchArgs
-  from nascli.search.search_loop import SearchLoop
+from nascli.search.search_args import SearchArgs
 
 stderr = console.stderr()
 
 
-def title(args: "SearchArgs", space_name: str, state: journal_lib.JobState) -> str:
+def title(args: SearchArgs, space_name: str, state: journal_lib.JobState) -> str:
   return summary.title(args.job_dir, space_name, args.search_algorithm, state)
 
 
-def table(args: "SearchArgs", space_name: str, metric: str, state: journal_lib.JobState,
+def table(args: SearchArgs, space_name: str, metric: str, state: journal_lib.JobState,
            running: dict[str, attempts.Running], titled: bool = True) -> RenderableType:
   """The table and the latency notes under it (nascli/search/summary.py)."""
   return summary.table(args.job_dir, space_name, args.search_algorithm, metric, state, running,
@@ -39,7 +37,7 @@ class Progress:
   trials done/total, the running trials with their step and loss (from their
   train_metrics.jsonl), the best reward so far, elapsed time and ETA."""
 
-  def __init__(self, loop: "SearchLoop"):
+  def __init__(self, loop: Any):  # the SearchLoop: its args, work_dir and running attempts
     self.loop = loop
     self.interval = console.progress_seconds()
     self.begin = time.monotonic()
