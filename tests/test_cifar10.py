@@ -291,7 +291,8 @@ def test_download_without_source(tmp_path, run_convert, monkeypatch):
 
 
 def test_item_names_and_ids_say_which_batch(tmp_path):
-  from nascli.data.source import ConvertOptions, source_for  # pylint: disable=g-import-not-at-top
+  from nascli.data.datasets import source_for  # pylint: disable=g-import-not-at-top
+  from nascli.data.source import ConvertOptions  # pylint: disable=g-import-not-at-top
   data = _make_data(seed=5)
   archive = _make_tar(tmp_path / "cifar-10-python.tar.gz", PY, _python_files(data))
   source = source_for("cifar10", ConvertOptions(source=archive, progress=False, seed=2))

@@ -8,7 +8,7 @@ from conftest import decode_image
 from conftest import read_examples
 from nascli.data.datasets import digits_clutter
 from nascli.data.source import ConvertOptions
-from nascli.data.source import source_for
+from nascli.data.datasets import source_for
 from nascli.errors import NascliError
 
 

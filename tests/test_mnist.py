@@ -225,7 +225,8 @@ def test_download_without_source(tmp_path, run_convert, monkeypatch):
 
 
 def test_item_names_and_ids_say_which_file(tmp_path):
-  from nascli.data.source import ConvertOptions, source_for  # pylint: disable=g-import-not-at-top
+  from nascli.data.datasets import source_for  # pylint: disable=g-import-not-at-top
+  from nascli.data.source import ConvertOptions  # pylint: disable=g-import-not-at-top
   data = _make_data(seed=5)
   folder = _write(tmp_path / "mnist", data, gz=False)
   source = source_for("mnist", ConvertOptions(source=folder, progress=False, seed=2))

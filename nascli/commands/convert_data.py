@@ -134,7 +134,8 @@ def _convert_data(name: str | None, source: Path | None, object_annotations_file
     raise typer.BadParameter("give a data set NAME, or --verify DIR", param_hint="NAME")
 
   from nascli.data import source as source_lib
-  sources = source_lib.registered_sources()
+  from nascli.data import datasets  # pylint: disable=g-import-not-at-top
+  sources = datasets.registered_sources()
   source_cls = source_lib.lookup_source(name)
   _check_values(num_shards=num_shards, num_workers=num_workers, processes=processes,
                 validation_fraction=validation_fraction, validation_size=validation_size,

@@ -30,8 +30,9 @@ from nascli import interrupts, storage
 from nascli.data import log_progress, parallel, reasons, sharding, tfexample
 from nascli.data import splits as data_splits
 from nascli.data.parallel import Workers
+from nascli.data.datasets import source_for
 from nascli.data.source import (CLASSIFICATION, ConvertOptions, CorruptItemError, MissingItemError,
-                                Source, source_for)
+                                Source)
 from nascli.data.tfrecord_io import TFRecordFileWriter
 from nascli.errors import OutputError
 

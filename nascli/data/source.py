@@ -37,18 +37,17 @@ def known_sources() -> list[str]:
   return sorted(_SOURCES)
 
 
+def registered() -> dict[str, type["Source"]]:
+  """The data sets registered so far (nascli.data.datasets registers the built-in ones)."""
+  return dict(_SOURCES)
+
+
 def lookup_source(name: str) -> type["Source"]:
   if name not in _SOURCES:
     close = difflib.get_close_matches(name.lower(), known_sources(), n=1)
     hint = f" (did you mean {close[0]!r}?)" if close else ""
     raise NascliError(f"unknown data set {name!r}{hint}; known: {', '.join(known_sources())}")
   return _SOURCES[name]
-
-
-def registered_sources() -> dict[str, type["Source"]]:
-  """Every built-in data set by name (imports them; none imports TensorFlow)."""
-  import nascli.data.datasets  # pylint: disable=g-import-not-at-top,unused-import
-  return dict(_SOURCES)
 
 
 @dataclasses.dataclass
@@ -213,9 +212,3 @@ class Source(abc.ABC):
   def settings(self) -> dict[str, Any]:
     """Options that change the output bytes; a re-run with other settings must not reuse shards."""
     return {}
-
-
-def source_for(name: str, options: ConvertOptions) -> Source:
-  # Importing the package registers every built-in source.
-  import nascli.data.datasets  # pylint: disable=g-import-not-at-top,unused-import
-  return lookup_source(name)(options)

@@ -1,6 +1,6 @@
 """`JOB_DIR/report.html`: what a search job (or a proxy-task job) did, as one offline page.
 
-A job kind is registered with `@page_kind(name)` and a test of the job dir; `write(job_dir)`
+A job kind is registered with `@page_kind(name)` (page_kinds.py) and a test of the job dir; `write(job_dir)`
 writes the page of the first kind that recognizes it. A search refreshes its page after
 every event (`ReportWriter`, one of its writers: nascli/search/writers.py, off the loop's
 critical path), the proxy-task commands when they write their results. The file appears whole (nascli.storage writes aside and renames, or one
@@ -9,38 +9,17 @@ gs:// upload), so a browser never loads half a page.
 
 from __future__ import annotations
 
-import dataclasses
 import logging
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any, Mapping, Sequence
 
 from nascli import storage
 from nascli.errors import NascliError
+from nascli.report.page_kinds import KINDS as _KINDS
 from nascli.search import writers
 
 logger = logging.getLogger(__name__)
 
 REPORT_FILE = 'report.html'
-
-
-@dataclasses.dataclass(frozen=True)
-class PageKind:
-  name: str
-  recognizes: Callable[[str], bool]
-  build: Callable[[str], Any]  # job_dir -> page.Page
-
-
-_KINDS: list[PageKind] = []
-
-
-def page_kind(name: str, recognizes: Callable[[str], bool]):
-  """Registers a builder `job_dir -> Page` for the job dirs `recognizes` accepts (first wins,
-  in registration order: the more specific kinds register first)."""
-  def register(build: Callable[[str], Any]) -> Callable[[str], Any]:
-    if any(k.name == name for k in _KINDS):
-      raise KeyError(f'report page kind {name!r} is registered twice')
-    _KINDS.append(PageKind(name, recognizes, build))
-    return build
-  return register
 
 
 def path_of(job_dir: str) -> str:

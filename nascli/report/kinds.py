@@ -14,7 +14,7 @@ from typing import Any
 
 from nascli import storage
 from nascli.errors import NascliError
-from nascli.report import page_kind
+from nascli.report.page_kinds import page_kind
 from nascli.report.page import Cell, Column, Page, finite
 
 PROXY_STATE = 'search_controller_state.json'  # nascli.proxy.proxy_search_main.STATE_FILE
