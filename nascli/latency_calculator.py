@@ -36,7 +36,6 @@ import datetime
 import fcntl
 import json
 import os
-import platform
 import re
 import shutil
 import socket
@@ -48,6 +47,7 @@ from typing import Any, Callable, Iterator
 from nascli import checks
 from nascli import storage
 from nascli.errors import NascliError
+from nascli.latency_source import cpu_model  # noqa: F401  (where a latency was measured)
 from nascli.search import search_job
 
 REQUEST_NAME = "latency_request.json"
@@ -135,16 +135,6 @@ def _cpu_tflite(options: MeasureOptions, params: Any, model: Any) -> dict[str, A
   from tf_vision.serving import arch_latency  # pylint: disable=g-import-not-at-top
   return arch_latency.runtime("cpu-tflite").measure(
       params, model, arch_latency.Timing(num_threads=options.num_threads, runs=options.runs))
-
-
-def cpu_model() -> str:
-  """This machine's CPU, as /proc/cpuinfo names it (else what platform knows)."""
-  with contextlib.suppress(OSError):
-    with open("/proc/cpuinfo", encoding="utf-8") as f:
-      for line in f:
-        if line.startswith("model name"):
-          return " ".join(line.split(":", 1)[1].split())
-  return platform.processor() or platform.machine() or "unknown CPU"
 
 
 def device_of(target_device_type: str, gpu_name: str | None, source: str,

@@ -15,6 +15,8 @@ A latency is only a claim when it says where it came from. Every trial's `latenc
 `describe` turns it into the one line tables, logs and the report show. TensorFlow-free.
 """
 
+import contextlib
+import platform
 from typing import Any, Mapping
 
 SOURCES = {
@@ -66,3 +68,13 @@ def host_timing_note(input_size: int | None) -> str:
           f" serving function on this host at {size}, not to a device: it ranks single-thread"
           f" TFLite latency at Kendall tau {known} (BENCHMARKS.md); for a device target build a"
           " latency model there (nascli build_latency_model) and pass --latency_model")
+
+
+def cpu_model() -> str:
+  """This machine's CPU, as /proc/cpuinfo names it (else what platform knows)."""
+  with contextlib.suppress(OSError):
+    with open("/proc/cpuinfo", encoding="utf-8") as f:
+      for line in f:
+        if line.startswith("model name"):
+          return " ".join(line.split(":", 1)[1].split())
+  return platform.processor() or platform.machine() or "unknown CPU"

@@ -27,18 +27,17 @@ multiple the space's models need. TensorFlow- and numpy-free at import, like the
 versions, so every nascli command can list the runtimes in its help at no cost.
 """
 
-import contextlib
 import dataclasses
 import importlib.metadata
 import logging
 import os
 import statistics
-import sys
-import tempfile
 import time
 from typing import Any, Callable
 
 from nascli.errors import NascliError
+from nascli.latency_source import cpu_model
+from tf_vision.serving.tflite_runtime import interpreter
 
 
 @dataclasses.dataclass(frozen=True)
@@ -129,8 +128,7 @@ class Runtime:
       if name is None:
         raise NascliError(f'runtime {self.name}: TensorFlow sees no GPU on this machine')
       return name
-    from nascli import latency_calculator  # pylint: disable=g-import-not-at-top
-    return latency_calculator.cpu_model()
+    return cpu_model()
 
 
 RUNTIMES: dict[str, Runtime] = {}
@@ -168,42 +166,6 @@ def _tf_version() -> str:
   except importlib.metadata.PackageNotFoundError:  # a tensorflow-cpu or tf-nightly build
     import tensorflow as tf  # pylint: disable=g-import-not-at-top
     return f'tensorflow {tf.__version__}'
-
-
-@contextlib.contextmanager
-def native_stderr_quiet():
-  """The TFLite converter's and interpreter's C++ code log a dozen lines per model through absl,
-  which TF_CPP_MIN_LOG_LEVEL does not reach: file descriptor 2 goes to a temporary file while
-  they run (left alone under NASCLI_DEBUG=1)."""
-  if os.environ.get('NASCLI_DEBUG') == '1':
-    yield
-    return
-  sys.stderr.flush()
-  saved = os.dup(2)
-  with tempfile.TemporaryFile() as sink:
-    os.dup2(sink.fileno(), 2)
-    try:
-      yield
-    finally:
-      os.dup2(saved, 2)
-      os.close(saved)
-
-
-def interpreter(flatbuffer: bytes, num_threads: int) -> Any:
-  """The LiteRT interpreter of `ai_edge_litert` (XNNPACK by default), else `tf.lite`'s."""
-  try:
-    from ai_edge_litert import interpreter as litert  # pylint: disable=g-import-not-at-top
-    with native_stderr_quiet():
-      interp = litert.Interpreter(model_content=flatbuffer, num_threads=num_threads)
-  except ImportError:
-    import warnings  # pylint: disable=g-import-not-at-top
-    import tensorflow as tf  # pylint: disable=g-import-not-at-top
-    with warnings.catch_warnings():
-      warnings.simplefilter('ignore', UserWarning)
-      interp = tf.lite.Interpreter(model_content=flatbuffer, num_threads=num_threads)
-  with native_stderr_quiet():  # XNNPACK's "Created TensorFlow Lite XNNPACK delegate" line
-    interp.allocate_tensors()
-  return interp
 
 
 @register_runtime('cpu-tflite', 'the model converted to TFLite (float, batch 1), run by the'

@@ -29,7 +29,7 @@ from nascli.errors import NascliError
 from official.core import config_definitions as cfg
 from official.vision.serving import export_tflite_lib
 from tf_vision import model_dir as model_dir_lib
-from tf_vision.serving import arch_latency
+from tf_vision.serving import tflite_runtime
 from tf_vision.serving import export_lib
 from tf_vision.serving import latency
 
@@ -70,7 +70,7 @@ def convert_tflite(params: cfg.ExperimentConfig, model: tf_keras.Model) -> bytes
   """The model as a float TFLite flatbuffer, converted by Model Garden's converter."""
   try:
     function = tflite_function(params, model)
-    with arch_latency.native_stderr_quiet():
+    with tflite_runtime.native_stderr_quiet():
       return export_tflite_lib.convert_tflite_model(
           concrete_function=function, quant_type=None, params=params)
   except Exception as e:  # pylint: disable=broad-except
@@ -79,8 +79,8 @@ def convert_tflite(params: cfg.ExperimentConfig, model: tf_keras.Model) -> bytes
 
 
 def tflite_interpreter(flatbuffer: bytes, num_threads: int) -> Any:
-  """The interpreter every nascli TFLite timing uses (arch_latency: LiteRT, else tf.lite)."""
-  return arch_latency.interpreter(flatbuffer, num_threads)
+  """The interpreter every nascli TFLite timing uses (LiteRT, else tf.lite)."""
+  return tflite_runtime.interpreter(flatbuffer, num_threads)
 
 
 def output_names(params: cfg.ExperimentConfig, model: tf_keras.Model) -> list[str]:

@@ -17,6 +17,7 @@ from typing import Any, Callable
 
 from nascli.errors import NascliError
 from tf_vision.serving import arch_latency
+from tf_vision.serving import tflite_runtime
 
 LayerModel = Callable[[Any, str], Any]
 LAYER_MODELS: dict[str, LayerModel] = {}
@@ -78,12 +79,12 @@ def _tflite(model: Any, timing: arch_latency.Timing) -> dict[str, Any]:
   level = absl.level
   absl.setLevel(logging.ERROR)
   try:
-    with arch_latency.native_stderr_quiet():
+    with tflite_runtime.native_stderr_quiet():
       flatbuffer = export_tflite_lib.convert_tflite_model(concrete_function=function,
                                                           quant_type=None)
   finally:
     absl.setLevel(level)
-  interp = arch_latency.interpreter(flatbuffer, timing.num_threads)
+  interp = tflite_runtime.interpreter(flatbuffer, timing.num_threads)
   detail = interp.get_input_details()[0]
   image = np.random.default_rng(0).standard_normal(detail['shape']).astype(np.float32)
   interp.set_tensor(detail['index'], image)
