@@ -3,13 +3,14 @@
     python bench/bench_report.py [--trials 25,100,400] [--decisions 20] [--repeats 5]
 
 A search already rewrites trials.json/csv, search_progress.png and the HParams runs after
-every trial (`results.update_all`); the page is refreshed there too. Its decision importance
+every event (nascli/search/writers.py; since issue 48 the plots, HParams and the page on a
+background thread); the page is refreshed there too. Its decision importance
 (fANOVA) is computed again only when the completed trials have grown by a tenth, so both kinds
 of refresh are timed. For a job of N completed
 trials (a real journal written with nascli's `Journal`, each trial folder with a
 train_metrics.jsonl of 50 lines, `--decisions` categorical decisions of 4 candidates, rewards
 depending on two of them), this times, side by side in one process, the refresh a search does
-after a trial: the outputs it wrote before reports (`update_all` less the page) and the page
+after a trial: the outputs it wrote before reports (every writer but the page's) and the page
 alone (`report.write_search`, warm: the curves of finished trials cached, as the search loop
 keeps them), median of `--repeats`; plus the first refresh of a process (imports: plotly's
 bundle read, Optuna's fANOVA and scikit-learn) and the page's size. No TensorFlow.
@@ -30,6 +31,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import host  # bench/host.py  # pylint: disable=g-bad-import-order,wrong-import-position
 from nascli import report  # pylint: disable=wrong-import-position
 from nascli.search import journal as journal_lib  # pylint: disable=wrong-import-position
+from nascli.search import hparams  # pylint: disable=wrong-import-position
+from nascli.search import result_files  # pylint: disable=wrong-import-position
 from nascli.search import results  # pylint: disable=wrong-import-position
 from nascli.search.journal import Journal  # pylint: disable=wrong-import-position
 
@@ -65,10 +68,10 @@ def make_job(job_dir: str, trials: int, decisions: int, seed: int = 0):
 
 def outputs_without_page(job_dir, state, domains, written):
   rows = results.trial_rows(job_dir, state)
-  results.write_tables(job_dir, rows)
-  results.write_progress_plot(job_dir, rows)
-  results.write_pareto(job_dir, state, rows)
-  results.write_hparams(job_dir, rows, domains, written)
+  result_files.write_tables(job_dir, rows)
+  result_files.write_progress_plot(job_dir, rows)
+  result_files.write_pareto(job_dir, state, rows)
+  hparams.write_hparams(job_dir, rows, domains, written)
   return rows
 
 

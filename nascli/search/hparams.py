@@ -52,7 +52,7 @@ def hparam_value(value: Any) -> str:
 def decision_domains(space: Any) -> dict[str, list[str]]:
   """{decision key: every candidate as an HParams string} of a pyglove space or DNASpec.
 
-  Pass this to `write_hparams`/`update_all` so that TensorBoard's HParams domains list every
+  Pass this to `write_hparams` / `writers.Outputs` so that TensorBoard's HParams domains list every
   candidate, not only those the first trials happened to pick. Float decisions
   (`pg.floatv`) have no finite candidate list and are left out.
   """
