@@ -75,12 +75,10 @@ def registered() -> list[str]:
 class Outputs:
   """The writers of one search, called after each event (`update`)."""
 
-  def __init__(self, job_dir: str, decision_domains: Mapping[str, Sequence[str]],
-               names: Sequence[str] | None = None):
+  def __init__(self, job_dir: str, decision_domains: Mapping[str, Sequence[str]]):
     self.job_dir = results.plain_job_dir(job_dir)
     self.decision_domains = decision_domains
-    chosen = list(_REGISTRY) if names is None else list(names)
-    writers = [_REGISTRY[n]() for n in chosen]
+    writers = [factory() for factory in _REGISTRY.values()]
     self.fast = [w for w in writers if not w.slow]
     self.slow = [w for w in writers if w.slow]
     self._cond = threading.Condition()
